@@ -1,0 +1,70 @@
+package events
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestDefaultCatalogueIsValid(t *testing.T) {
+	require.NoError(t, Default.Validate())
+}
+
+func TestCatalogueRejects(t *testing.T) {
+	clone := func() Catalogue {
+		c := Default
+		c.Types = append([]EventType(nil), Default.Types...)
+		c.Steps = nil
+		for _, s := range Default.Steps {
+			s2 := s
+			if s.Compensation != nil {
+				comp := *s.Compensation
+				s2.Compensation = &comp
+			}
+			c.Steps = append(c.Steps, s2)
+		}
+		c.Projections = append([]Projection(nil), Default.Projections...)
+		return c
+	}
+	cases := map[string]struct {
+		mutate func(*Catalogue)
+		want   string
+	}{
+		"CompensableWithoutCompensation": {func(c *Catalogue) { c.Steps[0].Compensation = nil }, "compensable step hotel has no compensation"},
+		"StepAfterPivotNotForwardOnly": {func(c *Catalogue) {
+			c.Steps[3].Class = Compensable
+			c.Steps[3].Compensation = &Compensation{Name: "x", Trigger: []string{CarBooked}}
+		}, "after the pivot is compensable"},
+		"PivotWithCompensation": {func(c *Catalogue) {
+			c.Steps[2].Compensation = &Compensation{Name: "cancel", Trigger: []string{MailSent}}
+		}, "pivot car has a compensation"},
+		"NoPivot":             {func(c *Catalogue) { c.Steps[2].Class = Compensable; c.Steps[2].Compensation = &Compensation{Name: "c"} }, "no pivot step"},
+		"UndeclaredPublished": {func(c *Catalogue) { c.Steps[0].Publishes = append(c.Steps[0].Publishes, "io.tripsaga.hotel.upgraded.v1") }, `undeclared type "io.tripsaga.hotel.upgraded.v1"`},
+		"PublishedWithoutConsumer": {func(c *Catalogue) {
+			c.Projections = c.Projections[:1] // drop the reconciler: mail.sent has no consumer left
+		}, `"io.tripsaga.mail.sent.v1" is published but has no consumer`},
+		"DeclaredNeverPublished": {func(c *Catalogue) {
+			c.Types = append(c.Types, EventType{Type: "io.tripsaga.car.upgraded.v1", Stream: StreamCar})
+			c.Projections[1].Consumes = append(c.Projections[1].Consumes, "io.tripsaga.car.upgraded.v1")
+		}, "no step publishes it"},
+		"BadTypeName": {func(c *Catalogue) { c.Types = append(c.Types, EventType{Type: "car.upgraded"}) }, "is not io.tripsaga"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := clone()
+			tc.mutate(&c)
+			err := c.Validate()
+			require.ErrorIs(t, err, ErrInvalidCatalogue)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestConsumesAndStreams(t *testing.T) {
+	require.ElementsMatch(t, []string{TripRequested, PaymentDeclined, PaymentFailed, PaymentRefunded}, Default.Consumes("hotel"))
+	require.Equal(t, map[string][]string{
+		StreamTrips:   {"trip.requested.>"},
+		StreamPayment: {"payment.declined.>", "payment.failed.>", "payment.refunded.>"},
+	}, Default.Streams(Default.Consumes("hotel")))
+	require.Equal(t, []string{"trip.>", "mail.>"}, Default.StreamSubjects()[StreamTrips])
+}

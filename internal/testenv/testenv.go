@@ -1,0 +1,145 @@
+// Package testenv gives tests the real infrastructure the system runs on: a
+// private PostgreSQL cluster (started once per test binary with the
+// machine's initdb/pg_ctl, or TEST_DATABASE_URL when set) and embedded NATS
+// servers with JetStream. Nothing here is a mock.
+//
+// Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { testenv.Main(m) }
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/tripsaga/tripsaga/internal/pgcluster"
+)
+
+var (
+	clusterOnce sync.Once
+	cluster     *pgcluster.Cluster
+	clusterURL  string
+	clusterErr  error
+	clusterDir  string
+	dbCounter   atomic.Int64
+)
+
+// Main runs the tests and then stops the private cluster, if one was started.
+func Main(m *testing.M) {
+	code := m.Run()
+	if cluster != nil {
+		_ = cluster.Stop()
+		_ = os.RemoveAll(clusterDir)
+	}
+	os.Exit(code)
+}
+
+func baseURL(tb testing.TB) string {
+	tb.Helper()
+	clusterOnce.Do(func() {
+		if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+			clusterURL = u
+			return
+		}
+		dir, err := os.MkdirTemp("", "tripsaga-pg-")
+		if err != nil {
+			clusterErr = err
+			return
+		}
+		clusterDir = dir
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cluster, clusterErr = pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg")})
+		if clusterErr == nil {
+			clusterURL = cluster.URL
+		}
+	})
+	if clusterErr != nil {
+		tb.Fatalf("testenv: private PostgreSQL: %v", clusterErr)
+	}
+	return clusterURL
+}
+
+// Postgres creates a fresh, empty database for the calling test and returns
+// its URL. The database is dropped when the test ends.
+func Postgres(tb testing.TB) string {
+	tb.Helper()
+	base := baseURL(tb)
+	name := fmt.Sprintf("t_%d_%d", os.Getpid(), dbCounter.Add(1))
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		tb.Fatalf("testenv: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		tb.Fatalf("testenv: create database: %v", err)
+	}
+	tb.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), base)
+		if err != nil {
+			return
+		}
+		defer c.Close(context.Background())
+		_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// NATS starts an embedded NATS server with JetStream on a random port with
+// its store in a temp folder, and returns it. It is shut down and its store
+// removed when the test ends.
+func NATS(tb testing.TB) *server.Server {
+	tb.Helper()
+	dir := tb.TempDir()
+	s, err := server.NewServer(&server.Options{
+		Host:      "127.0.0.1",
+		Port:      -1,
+		JetStream: true,
+		StoreDir:  dir,
+		NoLog:     true,
+		NoSigs:    true,
+	})
+	if err != nil {
+		tb.Fatalf("testenv: nats: %v", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		tb.Fatalf("testenv: nats not ready")
+	}
+	tb.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// Eventually polls cond every 20 ms until it returns true or the bounded
+// wait (default 30 s) ends, then fails the test with msg. It is a wait for a
+// condition, not a timed assertion: the bound only stops a hung test.
+func Eventually(tb testing.TB, cond func() bool, msg string, args ...any) {
+	tb.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tb.Fatalf("testenv: condition never held: "+msg, args...)
+}

@@ -1,0 +1,88 @@
+// Package sql holds the project's SQL: the migrations of every schema
+// (sql/migrations/<set>) and the named queries that sqlc turns into Go
+// (sql/queries/<package>, configured by sqlc.yaml at the top of the module).
+//
+// Each service keeps its tables in its own PostgreSQL schema. A migration
+// set is written with unqualified table names and applied with search_path
+// set to the target schema, so one set (saga: outbox, inbox, step log,
+// incidents) serves every service.
+package sql
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed migrations
+var migrations embed.FS
+
+// Migration sets. Each is applied with its own goose version table
+// (goose_<set>) inside the target schema.
+const (
+	SetSaga       = "saga"       // outbox, inbox, step log, incidents: every service
+	SetTrips      = "trips"      // the trips service's own tables
+	SetSim        = "sim"        // one company simulator's records
+	SetReconciler = "reconciler" // the reconciler's projection
+)
+
+// Migrate creates schema if needed and applies the given migration sets to
+// it, in order, with search_path set to schema. A PostgreSQL advisory lock
+// per (schema, set) lets several processes call it at once.
+func Migrate(ctx context.Context, databaseURL, schema string, sets ...string) error {
+	cfg, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return fmt.Errorf("migrate: DATABASE_URL: %w", err)
+	}
+	cfg.RuntimeParams["search_path"] = schema
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		// Two processes creating the same schema at once may race; re-check.
+		var n int
+		if qerr := db.QueryRowContext(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema).Scan(&n); qerr != nil || n == 0 {
+			return fmt.Errorf("migrate: create schema %s: %w", schema, err)
+		}
+	}
+	for _, set := range sets {
+		if err := migrateSet(ctx, db, schema, set); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func migrateSet(ctx context.Context, db *sql.DB, schema, set string) error {
+	sub, err := fs.Sub(migrations, "migrations/"+set)
+	if err != nil {
+		return fmt.Errorf("migrate: set %s: %w", set, err)
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(schema + "/" + set))
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(int64(h.Sum64() >> 1)))
+	if err != nil {
+		return err
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, sub,
+		goose.WithTableName("goose_"+set),
+		goose.WithSessionLocker(locker),
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithSlog(slog.New(slog.DiscardHandler)),
+	)
+	if err != nil {
+		return fmt.Errorf("migrate: set %s: %w", set, err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("migrate: schema %s set %s: %w", schema, set, err)
+	}
+	return nil
+}
