@@ -94,6 +94,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if err := chownAll(cfg.Dir, uid, gid); err != nil {
 			return nil, err
 		}
+		if err := allowTraverse(cfg.Dir); err != nil {
+			return nil, err
+		}
 	}
 	data := filepath.Join(cfg.Dir, "data")
 	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err != nil {
@@ -160,6 +163,30 @@ func chownAll(dir string, uid, gid int) error {
 		}
 		return os.Lchown(p, uid, gid)
 	})
+}
+
+// allowTraverse adds o+x (search, not read) to every ancestor of dir that
+// lacks it, so the postgres OS user can reach its cluster folder even under
+// a 0700 home such as /root.
+func allowTraverse(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for p := filepath.Dir(abs); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("pgcluster: %w", err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(p, fi.Mode().Perm()|0o001); err != nil {
+				return fmt.Errorf("pgcluster: the postgres user cannot reach %s: %w", dir, err)
+			}
+		}
+		if p == filepath.Dir(p) {
+			return nil
+		}
+	}
 }
 
 func freePort() (int, error) {

@@ -1,0 +1,69 @@
+// Package outbox is the transactional outbox and inbox of every service.
+//
+// [Write] stores outgoing CloudEvents in the same pgx transaction as the
+// state change they report. A [Relay] publishes stored events to JetStream
+// with Nats-Msg-Id = event id and marks them published only after the
+// PubAck, so a crash between publish and mark re-publishes and JetStream's
+// duplicate window (events.DuplicateWindow) drops the copy. An [Inbox] is a
+// durable pull consumer that runs a handler inside a transaction which also
+// records the event's (source, id), so a redelivered or replayed event has
+// no second effect; it acks only after commit.
+//
+// Tables are unqualified: each service's pool sets search_path to its own
+// schema (see the sql package).
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/outbox/internal/dbsqlc"
+)
+
+var queries = dbsqlc.New() //nolint:gochecknoglobals // stateless
+
+// Write stores evs in the outbox inside tx, to be published when tx commits,
+// and wakes the relays (pg_notify is delivered at commit). Each event must
+// be valid (CloudEvents required attributes), of a type with a kind
+// (events.Kind) and have the trip id as subject; otherwise Write returns an
+// error wrapping events.ErrInvalidEvent and the caller should roll back.
+func Write(ctx context.Context, tx pgx.Tx, evs ...event.Event) error {
+	for _, e := range evs {
+		subject, err := events.Subject(e.Type(), e.Subject())
+		if err != nil {
+			return fmt.Errorf("outbox: event %s: %w", e.ID(), err)
+		}
+		h, err := events.EncodeHeaders(e)
+		if err != nil {
+			return fmt.Errorf("outbox: event %s: %w", e.ID(), err)
+		}
+		hj, err := json.Marshal(h)
+		if err != nil {
+			return fmt.Errorf("outbox: event %s: %w", e.ID(), err)
+		}
+		if err := queries.OutboxInsert(ctx, tx, dbsqlc.OutboxInsertParams{
+			EventID:     e.ID(),
+			NatsSubject: subject,
+			Headers:     hj,
+			Data:        e.Data(),
+		}); err != nil {
+			return fmt.Errorf("outbox: insert %s: %w", e.ID(), err)
+		}
+	}
+	if len(evs) > 0 {
+		if err := queries.OutboxNotify(ctx, tx); err != nil {
+			return fmt.Errorf("outbox: notify: %w", err)
+		}
+	}
+	return nil
+}
+
+// Pending returns how many events wait to be published (not quarantined).
+func Pending(ctx context.Context, db dbsqlc.DBTX) (int64, error) {
+	return queries.OutboxCountPending(ctx, db)
+}

@@ -1,0 +1,73 @@
+-- name: StepInsertIfAbsent :execrows
+-- Records a step to do, from its trigger event. A row that already exists
+-- (a redelivery, or a compensation that arrived first and voided the step)
+-- is left alone.
+INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at)
+VALUES (@trip_id, @step, @idempotency_key, @request, @fingerprint, @trip, 'pending', @deadline_at)
+ON CONFLICT (trip_id, step) DO NOTHING;
+
+-- name: StepInsertVoided :execrows
+-- The dtm "barrier": an undo that arrives before its forward step leaves a
+-- voided row, so the forward step, if it comes later, never runs.
+INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause,
+                   deadline_at, finished_at, undone_at, outcome)
+VALUES (@trip_id, @step, @idempotency_key, '{}', '', '{}', 'voided', 'compensation',
+        now(), now(), now(), 'undo arrived before the step')
+ON CONFLICT (trip_id, step) DO NOTHING;
+
+-- name: StepGetByTripAndName :one
+SELECT * FROM steps WHERE trip_id = @trip_id AND step = @step;
+
+-- name: StepGetForUpdate :one
+SELECT * FROM steps WHERE trip_id = @trip_id AND step = @step FOR UPDATE;
+
+-- name: StepListByTrip :many
+SELECT * FROM steps WHERE trip_id = @trip_id ORDER BY created_at;
+
+-- name: StepClaimDue :many
+-- Rows whose log says they are unfinished and whose time has come. The
+-- caller moves next_attempt_at past a lease in the same transaction, so a
+-- row being worked on is not picked twice.
+SELECT * FROM steps
+WHERE status IN ('pending', 'started', 'unknown', 'compensating')
+  AND next_attempt_at <= now()
+ORDER BY next_attempt_at
+LIMIT @max
+FOR UPDATE SKIP LOCKED;
+
+-- name: StepClaimVerify :many
+-- Undone rows to check again for a company that committed late.
+SELECT * FROM steps
+WHERE verify_at IS NOT NULL AND verify_at <= now()
+ORDER BY verify_at
+LIMIT @max
+FOR UPDATE SKIP LOCKED;
+
+-- name: StepUpdate :exec
+UPDATE steps SET
+    status          = @status,
+    undo_cause      = @undo_cause,
+    company_ref     = @company_ref,
+    outcome         = @outcome,
+    reason          = @reason,
+    attempts        = @attempts,
+    undo_attempts   = @undo_attempts,
+    next_attempt_at = @next_attempt_at,
+    verify_at       = @verify_at,
+    last_error      = @last_error,
+    started_at      = @started_at,
+    finished_at     = @finished_at,
+    undone_at       = @undone_at,
+    updated_at      = now()
+WHERE trip_id = @trip_id AND step = @step;
+
+-- name: StepCountByStatus :many
+SELECT step, status, count(*)::bigint AS n FROM steps GROUP BY step, status ORDER BY step, status;
+
+-- name: StepNextDue :one
+-- When the soonest unfinished row is due, for the runner's sleep.
+SELECT min(t)::timestamptz FROM (
+    SELECT min(next_attempt_at) AS t FROM steps WHERE status IN ('pending', 'started', 'unknown', 'compensating')
+    UNION ALL
+    SELECT min(verify_at) FROM steps WHERE verify_at IS NOT NULL
+) AS due;
