@@ -29,8 +29,12 @@ SELECT * FROM steps WHERE trip_id = @trip_id ORDER BY created_at;
 -- caller moves next_attempt_at past a lease in the same transaction, so a
 -- row being worked on is not picked twice.
 SELECT * FROM steps
+-- With ignore_lease (the recovery pass of a service's only process at
+-- start) rows left "started" or "compensating" by a dead process are taken
+-- at once instead of when their lease ends.
 WHERE status IN ('pending', 'started', 'unknown', 'compensating')
-  AND next_attempt_at <= now()
+  AND (next_attempt_at <= now()
+       OR (@ignore_lease::bool AND status IN ('started', 'compensating') AND updated_at < @started_before::timestamptz))
 ORDER BY next_attempt_at
 LIMIT @max
 FOR UPDATE SKIP LOCKED;

@@ -1,0 +1,192 @@
+// Package app wires one OS process of the system: configuration from the
+// environment (trips-api.md), the PostgreSQL pool on the process's own
+// schema, migrations, the NATS connection and streams, and the HTTP server
+// with /healthz, /readyz and /metrics.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tripsaga/tripsaga/events"
+	tripsql "github.com/tripsaga/tripsaga/sql"
+)
+
+// Env is the configuration every process reads from its environment.
+type Env struct {
+	NATSURL     string // NATS_URL
+	DatabaseURL string // DATABASE_URL
+	HTTPAddr    string // HTTP_ADDR
+	HotelURL    string // HOTEL_URL
+	PaymentsURL string // PAYMENTS_URL
+	CarsURL     string // CARS_URL
+	MailURL     string // MAIL_URL
+	// Timing knobs, in ms (0 = the saga package's defaults):
+	// CALL_TIMEOUT_MS, STEP_DEADLINE_MS, UNDO_BACKOFF_MAX_MS,
+	// INCIDENT_AFTER (attempts), VERIFY_AFTER_MS.
+	CallTimeout, StepDeadline, UndoBackoffMax, VerifyAfter time.Duration
+	IncidentAfter                                          int
+}
+
+// EnvFromOS reads [Env] from the environment.
+func EnvFromOS() Env {
+	ms := func(k string) time.Duration {
+		n, _ := strconv.Atoi(os.Getenv(k))
+		return time.Duration(n) * time.Millisecond
+	}
+	n, _ := strconv.Atoi(os.Getenv("INCIDENT_AFTER"))
+	return Env{
+		NATSURL: os.Getenv("NATS_URL"), DatabaseURL: os.Getenv("DATABASE_URL"), HTTPAddr: os.Getenv("HTTP_ADDR"),
+		HotelURL: os.Getenv("HOTEL_URL"), PaymentsURL: os.Getenv("PAYMENTS_URL"), CarsURL: os.Getenv("CARS_URL"), MailURL: os.Getenv("MAIL_URL"),
+		CallTimeout: ms("CALL_TIMEOUT_MS"), StepDeadline: ms("STEP_DEADLINE_MS"), UndoBackoffMax: ms("UNDO_BACKOFF_MAX_MS"),
+		VerifyAfter: ms("VERIFY_AFTER_MS"), IncidentAfter: n,
+	}
+}
+
+// Require returns an error naming every listed variable that is empty.
+func (e Env) Require(names ...string) error {
+	vals := map[string]string{
+		"NATS_URL": e.NATSURL, "DATABASE_URL": e.DatabaseURL, "HTTP_ADDR": e.HTTPAddr,
+		"HOTEL_URL": e.HotelURL, "PAYMENTS_URL": e.PaymentsURL, "CARS_URL": e.CarsURL, "MAIL_URL": e.MailURL,
+	}
+	var errs []error
+	for _, n := range names {
+		if vals[n] == "" {
+			errs = append(errs, fmt.Errorf("%s is not set", n))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Process is one running service process.
+type Process struct {
+	Name     string
+	Env      Env
+	Log      *slog.Logger
+	Pool     *pgxpool.Pool
+	NATS     *nats.Conn
+	JS       jetstream.JetStream
+	Registry *prometheus.Registry
+	Mux      *http.ServeMux
+	ready    atomic.Bool
+	checks   []func(context.Context) error
+}
+
+// Open connects to PostgreSQL (search_path = schema, after applying the
+// migration sets) and, when withNATS, to NATS, creating the streams.
+func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets ...string) (*Process, error) {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("service", name)
+	p := &Process{Name: name, Env: env, Log: log, Registry: prometheus.NewRegistry(), Mux: http.NewServeMux()}
+	p.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := tripsql.Migrate(ctx, env.DatabaseURL, schema, sets...); err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(env.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.ConnConfig.RuntimeParams["application_name"] = "tripsaga-" + name
+	if cfg.MaxConns < 16 {
+		cfg.MaxConns = 16
+	}
+	p.Pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	p.checks = append(p.checks, func(ctx context.Context) error { return p.Pool.Ping(ctx) })
+	if withNATS {
+		p.NATS, err = nats.Connect(env.NATSURL, nats.Name("tripsaga-"+name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+		if err != nil {
+			p.Pool.Close()
+			return nil, fmt.Errorf("nats %s: %w", env.NATSURL, err)
+		}
+		p.JS, err = jetstream.New(p.NATS)
+		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("jetstream: %w", err)
+		}
+		if err := events.EnsureStreams(ctx, p.JS, events.Default); err != nil {
+			p.Close()
+			return nil, err
+		}
+		p.checks = append(p.checks, func(ctx context.Context) error {
+			if !p.NATS.IsConnected() {
+				return errors.New("nats: not connected")
+			}
+			_, err := p.JS.AccountInfo(ctx)
+			return err
+		})
+	}
+	return p, nil
+}
+
+// SetReady marks the process ready (after its recovery pass).
+func (p *Process) SetReady() { p.ready.Store(true) }
+
+// Close releases connections.
+func (p *Process) Close() {
+	if p.NATS != nil {
+		p.NATS.Close()
+	}
+	if p.Pool != nil {
+		p.Pool.Close()
+	}
+}
+
+// Serve serves HTTP on Env.HTTPAddr until ctx ends: Mux plus /healthz,
+// /readyz (ready, and PostgreSQL and NATS answer) and /metrics.
+func (p *Process) Serve(ctx context.Context) error {
+	p.Mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	p.Mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		if !p.ready.Load() {
+			http.Error(w, "recovering", http.StatusServiceUnavailable)
+			return
+		}
+		cctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		for _, c := range p.checks {
+			if err := c(cctx); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	p.Mux.Handle("GET /metrics", promhttp.HandlerFor(p.Registry, promhttp.HandlerOpts{}))
+	ln, err := net.Listen("tcp", p.Env.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("HTTP_ADDR %s: %w", p.Env.HTTPAddr, err)
+	}
+	srv := &http.Server{Handler: p.Mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	p.Log.Info("listening", "addr", ln.Addr().String())
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,315 @@
+// Package stack starts the whole system on one machine: an embedded NATS
+// server with JetStream (data in a folder), a private PostgreSQL cluster
+// (unless a DATABASE_URL is given), the company simulators and every service
+// as its own child process of the tripsaga binary, supervised: a child that
+// dies (say, killed with SIGKILL) is started again. `tripsaga up`, `tripsaga
+// demo` and the end-to-end tests all use it.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/tripsaga/tripsaga/internal/pgcluster"
+)
+
+// Processes, in start order. The simulators come first: the services need
+// their companies.
+var Processes = []string{"sim", "hotel", "payment", "car", "trips", "reconciler"} //nolint:gochecknoglobals // read-only
+
+// Config says where and how to run the stack.
+type Config struct {
+	// Dir holds nats/, pg/ and logs/. Required.
+	Dir string
+	// Binary is the tripsaga executable started for each child. Defaults
+	// to the running executable.
+	Binary string
+	// DatabaseURL, when set, is used instead of a private cluster.
+	DatabaseURL string
+	// BasePort: when non-zero, NATS listens on BasePort and the processes
+	// on BasePort+1... in [Processes] order; otherwise free ports.
+	BasePort int
+	// Durable keeps fsync on in the private cluster.
+	Durable bool
+	// Env is added to every child's environment (e.g. STEP_DEADLINE_MS).
+	Env []string
+	// Logger reports the supervisor's actions. Defaults to discard.
+	Logger *slog.Logger
+}
+
+// Stack is the running system.
+type Stack struct {
+	cfg         Config
+	NATSURL     string
+	DatabaseURL string
+	// Addr maps each process to its HTTP address (host:port).
+	Addr map[string]string
+
+	nats    *server.Server
+	pg      *pgcluster.Cluster
+	mu      sync.Mutex
+	procs   map[string]*child
+	stopped bool
+}
+
+type child struct {
+	name     string
+	cmd      *exec.Cmd
+	done     chan struct{}
+	restarts int
+}
+
+// URL returns the base URL of a process ("http://127.0.0.1:port").
+func (s *Stack) URL(name string) string { return "http://" + s.Addr[name] }
+
+// CompanyURLs returns HOTEL_URL, PAYMENTS_URL, CARS_URL and MAIL_URL.
+func (s *Stack) CompanyURLs() map[string]string {
+	sim := s.URL("sim")
+	return map[string]string{"HOTEL_URL": sim + "/hotel", "PAYMENTS_URL": sim + "/payments", "CARS_URL": sim + "/cars", "MAIL_URL": sim + "/mail"}
+}
+
+// Start brings the whole stack up and waits until every process is ready
+// (GET /readyz answers 200).
+func Start(ctx context.Context, cfg Config) (*Stack, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("stack: Dir is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Binary = exe
+	}
+	for _, d := range []string{"nats", "logs"} {
+		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	s := &Stack{cfg: cfg, Addr: map[string]string{}, procs: map[string]*child{}}
+	natsPort := -1
+	if cfg.BasePort != 0 {
+		natsPort = cfg.BasePort
+	}
+	ns, err := server.NewServer(&server.Options{
+		ServerName: "tripsaga", Host: "127.0.0.1", Port: natsPort, JetStream: true,
+		StoreDir: filepath.Join(cfg.Dir, "nats"), NoSigs: true, NoLog: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stack: nats: %w", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		return nil, errors.New("stack: embedded NATS did not start")
+	}
+	s.nats = ns
+	s.NATSURL = ns.ClientURL()
+	s.DatabaseURL = cfg.DatabaseURL
+	if s.DatabaseURL == "" {
+		pg, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(cfg.Dir, "pg"), Durable: cfg.Durable})
+		if err != nil {
+			s.Stop()
+			return nil, err
+		}
+		s.pg = pg
+		s.DatabaseURL = pg.URL
+	}
+	for i, name := range Processes {
+		port := 0
+		if cfg.BasePort != 0 {
+			port = cfg.BasePort + 1 + i
+		} else if port, err = freePort(); err != nil {
+			s.Stop()
+			return nil, err
+		}
+		s.Addr[name] = "127.0.0.1:" + strconv.Itoa(port)
+	}
+	for _, name := range Processes {
+		if err := s.startChild(name); err != nil {
+			s.Stop()
+			return nil, err
+		}
+		if name == "sim" { // the services need their companies first
+			if err := s.WaitReady(ctx, "sim"); err != nil {
+				s.Stop()
+				return nil, err
+			}
+		}
+	}
+	for _, name := range Processes {
+		if err := s.WaitReady(ctx, name); err != nil {
+			s.Stop()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// LogPath returns the log file of a process.
+func (s *Stack) LogPath(name string) string { return filepath.Join(s.cfg.Dir, "logs", name+".log") }
+
+func (s *Stack) env(name string) []string {
+	env := append(os.Environ(),
+		"NATS_URL="+s.NATSURL, "DATABASE_URL="+s.DatabaseURL, "HTTP_ADDR="+s.Addr[name])
+	for k, v := range s.CompanyURLs() {
+		env = append(env, k+"="+v)
+	}
+	env = append(env, "TRIPS_URL="+s.URL("trips"))
+	return append(env, s.cfg.Env...)
+}
+
+func (s *Stack) startChild(name string) error {
+	logf, err := os.OpenFile(s.LogPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(s.cfg.Binary, "serve", name)
+	cmd.Env = s.env(name)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("stack: start %s: %w", name, err)
+	}
+	c := &child{name: name, cmd: cmd, done: make(chan struct{})}
+	s.mu.Lock()
+	if old := s.procs[name]; old != nil {
+		c.restarts = old.restarts + 1
+	}
+	s.procs[name] = c
+	s.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		close(c.done)
+		s.mu.Lock()
+		stopped := s.stopped
+		s.mu.Unlock()
+		if stopped {
+			return
+		}
+		s.cfg.Logger.Warn("process exited; restarting", "process", name, "err", err)
+		time.Sleep(200 * time.Millisecond)
+		s.mu.Lock()
+		stopped = s.stopped
+		s.mu.Unlock()
+		if !stopped {
+			if err := s.startChild(name); err != nil {
+				s.cfg.Logger.Error("restart failed", "process", name, "err", err)
+			}
+		}
+	}()
+	return nil
+}
+
+// Kill sends SIGKILL to a process and waits until it is dead. The
+// supervisor starts it again; wait for it with [Stack.WaitReady].
+func (s *Stack) Kill(name string) (pid int, err error) {
+	s.mu.Lock()
+	c := s.procs[name]
+	s.mu.Unlock()
+	if c == nil {
+		return 0, fmt.Errorf("stack: no process %s", name)
+	}
+	pid = c.cmd.Process.Pid
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return pid, err
+	}
+	<-c.done
+	return pid, nil
+}
+
+// Pid returns the current pid of a process.
+func (s *Stack) Pid(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.procs[name]; c != nil {
+		return c.cmd.Process.Pid
+	}
+	return 0
+}
+
+// WaitReady waits until a process answers 200 on GET /readyz (at most 60 s).
+func (s *Stack) WaitReady(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	url := s.URL(name) + "/readyz"
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			tail, _ := os.ReadFile(s.LogPath(name))
+			if len(tail) > 3000 {
+				tail = tail[len(tail)-3000:]
+			}
+			return fmt.Errorf("stack: %s not ready (log %s):\n%s", name, s.LogPath(name), tail)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Stop stops the services (SIGTERM, then SIGKILL after 10 s), then the
+// simulators, PostgreSQL and NATS.
+func (s *Stack) Stop() {
+	s.mu.Lock()
+	s.stopped = true
+	procs := s.procs
+	s.mu.Unlock()
+	for i := len(Processes) - 1; i >= 0; i-- {
+		c := procs[Processes[i]]
+		if c == nil {
+			continue
+		}
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.done:
+		case <-time.After(10 * time.Second):
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		}
+	}
+	if s.pg != nil {
+		if err := s.pg.Stop(); err != nil {
+			s.cfg.Logger.Error("postgres stop", "err", err)
+		}
+	}
+	if s.nats != nil {
+		s.nats.Shutdown()
+		s.nats.WaitForShutdown()
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

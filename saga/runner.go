@@ -1,0 +1,556 @@
+package saga
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/provider"
+	"github.com/tripsaga/tripsaga/saga/internal/dbsqlc"
+)
+
+var queries = dbsqlc.New() //nolint:gochecknoglobals // stateless
+
+// Config configures a [Runner].
+type Config struct {
+	// Pool reaches the service's schema (search_path set). Required.
+	Pool *pgxpool.Pool
+	// Spec declares the step. Required.
+	Spec Spec
+	// Timing of calls, retries and undo; zero fields take defaults.
+	Timing Timing
+	// MaxInFlight bounds concurrent company calls. Defaults to 64.
+	MaxInFlight int
+	// SoleInstance says this process is the service's only one (the
+	// process model of trips-api.md), so at start its recovery pass takes
+	// rows a dead predecessor left started or compensating without waiting
+	// for their lease (CallTimeout + 1 s) to end.
+	SoleInstance bool
+	// Logger defaults to a discard logger.
+	Logger *slog.Logger
+	// Registerer, when set, receives the runner's metrics.
+	Registerer prometheus.Registerer
+}
+
+// Runner executes one step from its step log.
+type Runner struct {
+	cfg    Config
+	born   time.Time
+	t      Timing
+	log    *slog.Logger
+	wake   chan struct{}
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	calls  *prometheus.CounterVec
+	raised prometheus.Counter
+}
+
+// New returns a runner. It returns an error wrapping [ErrInvalidConfig]
+// for a bad cfg.
+func New(cfg Config) (*Runner, error) {
+	cfg.Timing.setDefaults()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = 64
+	}
+	if cfg.Spec.KeyName == "" {
+		cfg.Spec.KeyName = cfg.Spec.Name
+	}
+	switch {
+	case cfg.Pool == nil:
+		return nil, fmt.Errorf("%w: Pool is required", ErrInvalidConfig)
+	case cfg.Spec.Name == "" || cfg.Spec.Service == "" || cfg.Spec.Company == nil:
+		return nil, fmt.Errorf("%w: Spec needs Name, Service and Company", ErrInvalidConfig)
+	case cfg.Spec.Class != events.Compensable && cfg.Spec.Class != events.Pivot && cfg.Spec.Class != events.ForwardOnly:
+		return nil, fmt.Errorf("%w: Spec.Class %q", ErrInvalidConfig, cfg.Spec.Class)
+	case cfg.Timing.CallTimeout >= cfg.Timing.StepDeadline && cfg.Spec.Class != events.ForwardOnly:
+		return nil, fmt.Errorf("%w: CallTimeout %s must be shorter than StepDeadline %s", ErrInvalidConfig, cfg.Timing.CallTimeout, cfg.Timing.StepDeadline)
+	}
+	r := &Runner{
+		cfg:  cfg,
+		born: time.Now(),
+		t:    cfg.Timing,
+		log:  cfg.Logger.With("step", cfg.Spec.Name),
+		wake: make(chan struct{}, 1),
+		sem:  make(chan struct{}, cfg.MaxInFlight),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tripsaga_step_calls_total", Help: "Company calls made by saga steps, by step, operation and outcome.",
+			ConstLabels: prometheus.Labels{"step": cfg.Spec.Name},
+		}, []string{"op", "outcome"}),
+		raised: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tripsaga_incidents_raised_total", Help: "Incidents raised for a person.",
+			ConstLabels: prometheus.Labels{"step": cfg.Spec.Name},
+		}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{r.calls, r.raised} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("saga: metrics: %w", err)
+			}
+		}
+	}
+	return r, nil
+}
+
+// Key returns the Idempotency-Key of the step for trip: "<trip>:<KeyName>".
+func (r *Runner) Key(trip string) string { return trip + ":" + r.cfg.Spec.KeyName }
+
+// Request is a step to do for one trip.
+type Request struct {
+	TripID string
+	// Body is the company request; its sha256 is the request fingerprint.
+	Body any
+	// Trip is carried forward in the step's done event.
+	Trip *events.TripRequest
+	// KeyName overrides Spec.KeyName (e.g. "mail:confirmed").
+	KeyName string
+}
+
+// Request records the step as pending inside tx (the trigger event's inbox
+// transaction) and returns whether it was new. A row that exists already,
+// including a voided one, is left alone. Call [Runner.Wake] after commit.
+func (r *Runner) Request(ctx context.Context, tx pgx.Tx, req Request) (bool, error) {
+	body, err := json.Marshal(req.Body)
+	if err != nil {
+		return false, fmt.Errorf("saga: %s body: %w", r.cfg.Spec.Name, err)
+	}
+	trip, err := json.Marshal(req.Trip)
+	if err != nil {
+		return false, fmt.Errorf("saga: %s trip: %w", r.cfg.Spec.Name, err)
+	}
+	sum := sha256.Sum256(body)
+	key := r.Key(req.TripID)
+	if req.KeyName != "" {
+		key = req.TripID + ":" + req.KeyName
+	}
+	n, err := queries.StepInsertIfAbsent(ctx, tx, dbsqlc.StepInsertIfAbsentParams{
+		TripID: req.TripID, Step: r.cfg.Spec.Name, IdempotencyKey: key,
+		Request: body, Fingerprint: hex.EncodeToString(sum[:]), Trip: trip,
+		DeadlineAt: time.Now().Add(r.t.StepDeadline),
+	})
+	if err != nil {
+		return false, fmt.Errorf("saga: record %s of %s: %w", r.cfg.Spec.Name, req.TripID, err)
+	}
+	return n == 1, nil
+}
+
+// RequestUndo asks, inside tx, for the step of trip to be undone (its
+// compensation). A step that is done or still unresolved becomes
+// compensating; a step with no row is voided, so it never runs if its
+// trigger comes later; a step already rejected, failed, undone or voided is
+// left alone. Call [Runner.Wake] after commit.
+func (r *Runner) RequestUndo(ctx context.Context, tx pgx.Tx, trip string) error {
+	if r.cfg.Spec.Class != events.Compensable {
+		return fmt.Errorf("saga: %s is %s and has no compensation", r.cfg.Spec.Name, r.cfg.Spec.Class)
+	}
+	row, err := queries.StepGetForUpdate(ctx, tx, dbsqlc.StepGetForUpdateParams{TripID: trip, Step: r.cfg.Spec.Name})
+	if errors.Is(err, pgx.ErrNoRows) {
+		_, err = queries.StepInsertVoided(ctx, tx, dbsqlc.StepInsertVoidedParams{TripID: trip, Step: r.cfg.Spec.Name, IdempotencyKey: r.Key(trip)})
+		if err != nil {
+			return fmt.Errorf("saga: void %s of %s: %w", r.cfg.Spec.Name, trip, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("saga: undo %s of %s: %w", r.cfg.Spec.Name, trip, err)
+	}
+	switch Status(row.Status) {
+	case Done, Pending, Unknown, Started:
+		if Status(row.Status) != Started { // a call in flight keeps its lease
+			row.NextAttemptAt = time.Now()
+		}
+		row.Status = string(Compensating)
+		row.UndoCause = new(CauseCompensation)
+		return update(ctx, tx, row)
+	default:
+		return nil
+	}
+}
+
+// Wake makes the runner look for due rows now.
+func (r *Runner) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run works the step log until ctx ends: it claims due rows, calls the
+// company and records what came back, waking on [Runner.Wake] and polling
+// every PollInterval. In-flight calls finish before Run returns.
+func (r *Runner) Run(ctx context.Context) error {
+	t := time.NewTicker(r.t.PollInterval)
+	defer t.Stop()
+	defer r.wg.Wait()
+	for {
+		n, err := r.dispatch(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("saga: claim failed", "err", err)
+		}
+		if n > 0 && err == nil {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-r.wake:
+		}
+	}
+}
+
+// RecoveryPass finishes, now and synchronously, every row whose log says it
+// is unfinished and due: pending steps are called, started and unknown
+// ones are asked again by key (or undone past their deadline),
+// compensations are retried, undone steps due for verification are checked.
+// Services run it at start, before they report ready. It returns how many
+// rows it worked on.
+func (r *Runner) RecoveryPass(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		jobs, err := r.claim(ctx, 64, r.cfg.SoleInstance)
+		if err != nil {
+			return total, err
+		}
+		if len(jobs) == 0 {
+			return total, nil
+		}
+		var wg sync.WaitGroup
+		for _, j := range jobs {
+			wg.Add(1)
+			go func() { defer wg.Done(); j(ctx) }()
+		}
+		wg.Wait()
+		total += len(jobs)
+	}
+}
+
+func (r *Runner) dispatch(ctx context.Context) (int, error) {
+	free := cap(r.sem) - len(r.sem)
+	if free == 0 {
+		return 0, nil
+	}
+	jobs, err := r.claim(ctx, free, false)
+	if err != nil {
+		return 0, err
+	}
+	for _, j := range jobs {
+		r.sem <- struct{}{}
+		r.wg.Add(1)
+		go func() {
+			defer func() { <-r.sem; r.wg.Done(); r.Wake() }()
+			j(ctx)
+		}()
+	}
+	return len(jobs), nil
+}
+
+// claim takes up to max due rows in one transaction, writes each one's new
+// state (started with attempts+1, or compensating with undo_attempts+1)
+// with a lease, commits, and returns the calls to make.
+func (r *Runner) claim(ctx context.Context, max int, ignoreLease bool) ([]func(context.Context), error) {
+	tx, err := r.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	rows, err := queries.StepClaimDue(ctx, tx, dbsqlc.StepClaimDueParams{Max: int32(max), IgnoreLease: ignoreLease, StartedBefore: r.born})
+	if err != nil {
+		return nil, fmt.Errorf("claim due: %w", err)
+	}
+	now := time.Now()
+	lease := now.Add(r.t.CallTimeout + time.Second)
+	var jobs []func(context.Context)
+	for _, row := range rows {
+		switch Status(row.Status) {
+		case Pending, Started, Unknown:
+			if r.cfg.Spec.Class != events.ForwardOnly && row.Attempts > 0 && !now.Before(row.DeadlineAt) {
+				// Unknown by the deadline: undo by key.
+				row.Status = string(Compensating)
+				row.UndoCause = new(CauseDeadline)
+				row.Outcome = new(fmt.Sprintf("still unknown at the deadline after %d calls", row.Attempts))
+				r.log.Warn("saga: outcome unknown at deadline; undoing by key", "trip_id", row.TripID, "key", row.IdempotencyKey)
+				row.UndoAttempts++
+				row.NextAttemptAt = lease
+				claimed := row
+				jobs = append(jobs, func(ctx context.Context) { r.undo(ctx, claimed) })
+				break
+			}
+			row.Status = string(Started)
+			row.Attempts++
+			if row.StartedAt == nil {
+				row.StartedAt = &now
+			}
+			row.NextAttemptAt = lease
+			claimed := row
+			jobs = append(jobs, func(ctx context.Context) { r.forward(ctx, claimed) })
+		case Compensating:
+			row.UndoAttempts++
+			row.NextAttemptAt = lease
+			claimed := row
+			jobs = append(jobs, func(ctx context.Context) { r.undo(ctx, claimed) })
+		}
+		if err := update(ctx, tx, row); err != nil {
+			return nil, err
+		}
+	}
+	if len(jobs) < max {
+		vrows, err := queries.StepClaimVerify(ctx, tx, int32(max-len(jobs)))
+		if err != nil {
+			return nil, fmt.Errorf("claim verify: %w", err)
+		}
+		for _, row := range vrows {
+			row.VerifyAt = &lease
+			if err := update(ctx, tx, row); err != nil {
+				return nil, err
+			}
+			claimed := row
+			jobs = append(jobs, func(ctx context.Context) { r.verify(ctx, claimed) })
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("claim commit: %w", err)
+	}
+	return jobs, nil
+}
+
+func (r *Runner) call(ctx context.Context, op string, f func(context.Context) (provider.Result, error)) (provider.Result, error) {
+	cctx, cancel := context.WithTimeout(ctx, r.t.CallTimeout)
+	defer cancel()
+	res, err := f(cctx)
+	outcome := string(res.Outcome)
+	if err != nil {
+		outcome = "unknown"
+	}
+	r.calls.WithLabelValues(op, outcome).Inc()
+	return res, err
+}
+
+// forward calls the company for a claimed row (status started) and records
+// the answer.
+func (r *Runner) forward(ctx context.Context, claimed dbsqlc.Step) {
+	var body json.RawMessage = claimed.Request
+	res, callErr := r.call(ctx, "do", func(ctx context.Context) (provider.Result, error) {
+		return r.cfg.Spec.Company.Create(ctx, claimed.IdempotencyKey, body)
+	})
+	if ctx.Err() != nil {
+		return // shutting down: the lease expires and the recovery pass asks again
+	}
+	err := r.inTx(ctx, claimed, func(tx pgx.Tx, row *dbsqlc.Step) ([]event.Event, error) {
+		if Status(row.Status) != Started || row.Attempts != claimed.Attempts {
+			// Undo was asked for meanwhile: keep what we learned.
+			if callErr == nil && res.Outcome == provider.Done && res.Ref != "" {
+				row.CompanyRef = &res.Ref
+			}
+			return nil, nil
+		}
+		now := time.Now()
+		if callErr != nil {
+			row.Status = string(Unknown)
+			row.LastError = new(callErr.Error())
+			row.Outcome = new("unknown")
+			next := now.Add(backoff(row.Attempts, r.t.RetryBackoffMin, r.t.RetryBackoffMax))
+			if r.cfg.Spec.Class != events.ForwardOnly && next.After(row.DeadlineAt) {
+				next = row.DeadlineAt
+			}
+			row.NextAttemptAt = next
+			r.log.Info("saga: outcome unknown; will ask again by key", "trip_id", row.TripID, "key", row.IdempotencyKey, "attempt", row.Attempts, "err", callErr)
+			if r.cfg.Spec.Class == events.ForwardOnly && int(row.Attempts) >= r.t.IncidentAfter {
+				return nil, r.raise(ctx, tx, row, IncidentForwardStuck, int(row.Attempts), callErr.Error())
+			}
+			return nil, nil
+		}
+		row.Outcome = new(fmt.Sprintf("%d %s", res.Code, res.Status))
+		row.FinishedAt = &now
+		row.LastError = nil
+		switch res.Outcome {
+		case provider.Done:
+			row.Status = string(Done)
+			row.CompanyRef = &res.Ref
+			return r.event(r.cfg.Spec.OnDone, row, true)
+		default:
+			row.Status = string(Rejected)
+			row.Reason = &res.Reason
+			if r.cfg.Spec.Class == events.ForwardOnly {
+				if err := r.raise(ctx, tx, row, IncidentForwardRefused, int(row.Attempts), res.Reason); err != nil {
+					return nil, err
+				}
+			}
+			return r.event(r.cfg.Spec.OnRejected, row, false)
+		}
+	})
+	if err != nil {
+		r.log.Error("saga: cannot record answer; the recovery pass will ask again by key", "trip_id", claimed.TripID, "err", err)
+	}
+}
+
+// undo calls the company's undo by key for a claimed compensating row.
+func (r *Runner) undo(ctx context.Context, claimed dbsqlc.Step) {
+	res, callErr := r.call(ctx, "undo", func(ctx context.Context) (provider.Result, error) {
+		return r.cfg.Spec.Company.Undo(ctx, claimed.IdempotencyKey)
+	})
+	if ctx.Err() != nil {
+		return
+	}
+	err := r.inTx(ctx, claimed, func(tx pgx.Tx, row *dbsqlc.Step) ([]event.Event, error) {
+		if Status(row.Status) != Compensating || row.UndoAttempts != claimed.UndoAttempts {
+			return nil, nil
+		}
+		now := time.Now()
+		if callErr != nil {
+			row.LastError = new(callErr.Error())
+			row.NextAttemptAt = now.Add(backoff(row.UndoAttempts, r.t.UndoBackoffMin, r.t.UndoBackoffMax))
+			r.log.Warn("saga: undo failed; will retry", "trip_id", row.TripID, "key", row.IdempotencyKey, "attempt", row.UndoAttempts, "err", callErr)
+			if int(row.UndoAttempts) >= r.t.IncidentAfter {
+				return nil, r.raise(ctx, tx, row, IncidentCompensationStuck, int(row.UndoAttempts), callErr.Error())
+			}
+			return nil, nil
+		}
+		row.UndoneAt = &now
+		row.LastError = nil
+		row.Outcome = new(fmt.Sprintf("undo: %d %s", res.Code, res.Status))
+		if res.Outcome == provider.None && row.Attempts > 0 && row.VerifyAt == nil {
+			// The company never saw the key, but an earlier call may still
+			// commit late: ask again later.
+			v := now.Add(r.t.VerifyAfter)
+			row.VerifyAt = &v
+		}
+		if err := queries.IncidentResolve(ctx, tx, dbsqlc.IncidentResolveParams{TripID: row.TripID, Step: row.Step}); err != nil {
+			return nil, err
+		}
+		if row.UndoCause != nil && *row.UndoCause == CauseDeadline {
+			row.Status = string(Failed)
+			return r.event(r.cfg.Spec.OnFailed, row, false)
+		}
+		row.Status = string(Compensated)
+		return r.event(r.cfg.Spec.OnUndone, row, false)
+	})
+	if err != nil {
+		r.log.Error("saga: cannot record undo; it will be retried by key", "trip_id", claimed.TripID, "err", err)
+	}
+}
+
+// verify asks the company again about an undone step, in case it committed
+// late, and undoes it again if it did.
+func (r *Runner) verify(ctx context.Context, claimed dbsqlc.Step) {
+	res, callErr := r.call(ctx, "status", func(ctx context.Context) (provider.Result, error) {
+		return r.cfg.Spec.Company.Status(ctx, claimed.IdempotencyKey)
+	})
+	if ctx.Err() != nil {
+		return
+	}
+	err := r.inTx(ctx, claimed, func(tx pgx.Tx, row *dbsqlc.Step) ([]event.Event, error) {
+		if callErr != nil {
+			v := time.Now().Add(r.t.VerifyAfter / 2)
+			row.VerifyAt = &v
+			return nil, nil
+		}
+		row.VerifyAt = nil
+		if res.Outcome == provider.Done && res.Status == r.cfg.Spec.ActiveStatus {
+			r.log.Warn("saga: company committed after our undo; undoing again", "trip_id", row.TripID, "key", row.IdempotencyKey)
+			row.Status = string(Compensating)
+			row.Outcome = new("late commit found: " + res.Status)
+			row.NextAttemptAt = time.Now()
+			if res.Ref != "" {
+				row.CompanyRef = &res.Ref
+			}
+		}
+		return nil, nil
+	})
+	if err != nil {
+		r.log.Error("saga: cannot record verification", "trip_id", claimed.TripID, "err", err)
+	}
+}
+
+// inTx locks the row, lets f change it and name events, writes both, and
+// commits.
+func (r *Runner) inTx(ctx context.Context, claimed dbsqlc.Step, f func(tx pgx.Tx, row *dbsqlc.Step) ([]event.Event, error)) error {
+	tx, err := r.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	row, err := queries.StepGetForUpdate(ctx, tx, dbsqlc.StepGetForUpdateParams{TripID: claimed.TripID, Step: claimed.Step})
+	if err != nil {
+		return err
+	}
+	evs, err := f(tx, &row)
+	if err != nil {
+		return err
+	}
+	if err := update(ctx, tx, row); err != nil {
+		return err
+	}
+	if err := outbox.Write(ctx, tx, evs...); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func (r *Runner) event(typ string, row *dbsqlc.Step, carryTrip bool) ([]event.Event, error) {
+	if typ == "" {
+		return nil, nil
+	}
+	d := events.StepData{TripID: row.TripID, Step: row.Step, IdempotencyKey: row.IdempotencyKey}
+	if row.CompanyRef != nil {
+		d.CompanyRef = *row.CompanyRef
+	}
+	if row.Reason != nil {
+		d.Reason = *row.Reason
+	}
+	if carryTrip && len(row.Trip) > 0 && string(row.Trip) != "null" {
+		var t events.TripRequest
+		if err := json.Unmarshal(row.Trip, &t); err != nil {
+			return nil, fmt.Errorf("saga: trip of %s: %w", row.TripID, err)
+		}
+		d.Request = &t
+	}
+	e, err := events.New(events.Source(r.cfg.Spec.Service), typ, row.TripID, d)
+	if err != nil {
+		return nil, err
+	}
+	return []event.Event{e}, nil
+}
+
+func (r *Runner) raise(ctx context.Context, tx pgx.Tx, row *dbsqlc.Step, kind string, attempts int, lastErr string) error {
+	inserted, err := queries.IncidentRaise(ctx, tx, dbsqlc.IncidentRaiseParams{
+		TripID: row.TripID, Step: row.Step, Kind: kind, Attempts: int32(attempts), LastError: lastErr,
+	})
+	if err != nil {
+		return fmt.Errorf("saga: raise incident: %w", err)
+	}
+	if inserted {
+		r.raised.Inc()
+		r.log.Error("saga: INCIDENT raised for a person; retries go on", "incident", kind, "trip_id", row.TripID, "key", row.IdempotencyKey, "attempts", attempts, "last_error", lastErr)
+	}
+	return nil
+}
+
+func update(ctx context.Context, tx pgx.Tx, row dbsqlc.Step) error {
+	err := queries.StepUpdate(ctx, tx, dbsqlc.StepUpdateParams{
+		TripID: row.TripID, Step: row.Step, Status: row.Status, UndoCause: row.UndoCause,
+		CompanyRef: row.CompanyRef, Outcome: row.Outcome, Reason: row.Reason,
+		Attempts: row.Attempts, UndoAttempts: row.UndoAttempts, NextAttemptAt: row.NextAttemptAt,
+		VerifyAt: row.VerifyAt, LastError: row.LastError, StartedAt: row.StartedAt,
+		FinishedAt: row.FinishedAt, UndoneAt: row.UndoneAt,
+	})
+	if err != nil {
+		return fmt.Errorf("saga: update %s of %s: %w", row.Step, row.TripID, err)
+	}
+	return nil
+}

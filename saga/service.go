@@ -1,0 +1,154 @@
+package saga
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/outbox"
+)
+
+// BuildFunc returns the company request body of a step for a trip.
+type BuildFunc func(tripID string, trip events.TripRequest) (any, error)
+
+// ServiceConfig assembles a step service: one step, the inboxes of its
+// trigger and compensation events (as the catalogue declares them), the
+// outbox relay and the runner.
+type ServiceConfig struct {
+	Pool       *pgxpool.Pool
+	JetStream  jetstream.JetStream
+	Catalogue  events.Catalogue
+	Spec       Spec
+	Build      BuildFunc
+	Timing     Timing
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Service is a running step service.
+type Service struct {
+	cfg     ServiceConfig
+	Runner  *Runner
+	relay   *outbox.Relay
+	inboxes []*outbox.Inbox
+}
+
+// tripEvent is the common shape of every trigger's data: trip.requested
+// and the step events both carry "trip_id" and "request".
+type tripEvent struct {
+	TripID  string               `json:"trip_id"`
+	Request *events.TripRequest `json:"request"`
+}
+
+// NewService checks cfg against the catalogue and builds the service.
+func NewService(cfg ServiceConfig) (*Service, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	step, ok := cfg.Catalogue.Step(cfg.Spec.Name)
+	if !ok {
+		return nil, fmt.Errorf("%w: step %q is not in the catalogue", ErrInvalidConfig, cfg.Spec.Name)
+	}
+	if step.Class != cfg.Spec.Class || step.Service != cfg.Spec.Service {
+		return nil, fmt.Errorf("%w: step %q is %s of %s in the catalogue", ErrInvalidConfig, step.Name, step.Class, step.Service)
+	}
+	if cfg.Build == nil {
+		return nil, fmt.Errorf("%w: Build is required", ErrInvalidConfig)
+	}
+	r, err := New(Config{Pool: cfg.Pool, Spec: cfg.Spec, Timing: cfg.Timing, SoleInstance: true, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, Runner: r}
+	s.relay, err = outbox.NewRelay(outbox.RelayConfig{Pool: cfg.Pool, JetStream: cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := outbox.NewInboxMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	undoTypes := []string{}
+	if step.Compensation != nil {
+		undoTypes = step.Compensation.Trigger
+	}
+	isTrigger := map[string]bool{}
+	for _, t := range step.Trigger {
+		isTrigger[t] = true
+	}
+	handler := func(ctx context.Context, tx pgx.Tx, e event.Event) error {
+		if isTrigger[e.Type()] {
+			return s.onTrigger(ctx, tx, e)
+		}
+		return r.RequestUndo(ctx, tx, e.Subject())
+	}
+	all := append(append([]string{}, step.Trigger...), undoTypes...)
+	for stream, filters := range cfg.Catalogue.Streams(all) {
+		var types []string
+		for _, t := range all {
+			if et, _ := cfg.Catalogue.Lookup(t); et.Stream == stream {
+				types = append(types, t)
+			}
+		}
+		in, err := outbox.NewInbox(outbox.InboxConfig{
+			Name: cfg.Spec.Service, Stream: stream, FilterSubjects: filters, Types: types,
+			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: handler,
+			OnCommitted: func(event.Event) { r.Wake() },
+			Logger:      cfg.Logger, Metrics: metrics,
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.inboxes = append(s.inboxes, in)
+	}
+	return s, nil
+}
+
+func (s *Service) onTrigger(ctx context.Context, tx pgx.Tx, e event.Event) error {
+	var d tripEvent
+	if err := events.DecodeData(e, &d); err != nil {
+		return err
+	}
+	if d.Request == nil || d.TripID == "" || d.TripID != e.Subject() {
+		return fmt.Errorf("%w: %s carries no trip request for subject %q", outbox.ErrPermanent, e.Type(), e.Subject())
+	}
+	body, err := s.cfg.Build(d.TripID, *d.Request)
+	if err != nil {
+		return fmt.Errorf("%w: %w", outbox.ErrPermanent, err)
+	}
+	_, err = s.Runner.Request(ctx, tx, Request{TripID: d.TripID, Body: body, Trip: d.Request})
+	return err
+}
+
+// Run runs the recovery pass, calls ready, then runs the runner, the relay
+// and the inboxes until ctx ends or one of them fails.
+func (s *Service) Run(ctx context.Context, ready func()) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.relay.Run(ctx) })
+	n, err := s.Runner.RecoveryPass(ctx)
+	if err != nil {
+		return fmt.Errorf("recovery pass: %w", err)
+	}
+	s.cfg.Logger.Info("recovery pass done", "rows", n)
+	if ready != nil {
+		ready()
+	}
+	g.Go(func() error { return s.Runner.Run(ctx) })
+	for _, in := range s.inboxes {
+		g.Go(func() error { return in.Run(ctx) })
+	}
+	err = g.Wait()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

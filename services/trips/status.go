@@ -1,0 +1,84 @@
+package trips
+
+import "slices"
+
+// Trip statuses (trips-api.md, Statuses).
+const (
+	StatusPending   = "pending"
+	StatusConfirmed = "confirmed"
+	StatusCanceling = "canceling"
+	StatusCanceled  = "canceled"
+)
+
+// IsFinal reports whether status is confirmed or canceled.
+func IsFinal(status string) bool { return status == StatusConfirmed || status == StatusCanceled }
+
+// failures maps each failure kind to the reason shown to the traveler when
+// the event carries none.
+var failures = map[string]string{ //nolint:gochecknoglobals // read-only table
+	"hotel.rejected":   "hotel sold out",
+	"hotel.failed":     "the hotel hold could not be confirmed in time",
+	"payment.declined": "card declined",
+	"payment.failed":   "the charge could not be confirmed in time",
+	"car.rejected":     "car sold out",
+	"car.failed":       "the car booking could not be confirmed in time",
+}
+
+// Project derives a trip's status from the set of event kinds seen
+// ("hotel.held", "payment.refunded", ...), whatever order they came in:
+//
+//   - confirmed once the car (the pivot) is booked;
+//   - pending while no step failed;
+//   - canceled once a step failed and every step that happened is undone
+//     (a step happened if its done event, or any event of a later step, was
+//     seen: the later step ran only because it was done);
+//   - canceling otherwise.
+func Project(seen []string) string {
+	has := func(k string) bool { return slices.Contains(seen, k) }
+	anyOf := func(ks ...string) bool { return slices.ContainsFunc(ks, has) }
+	if has("car.booked") {
+		return StatusConfirmed
+	}
+	failed := false
+	for k := range failures {
+		failed = failed || has(k)
+	}
+	if !failed {
+		return StatusPending
+	}
+	carSeen := anyOf("car.rejected", "car.failed")
+	paymentHappened := has("payment.charged") || carSeen
+	paymentUndone := anyOf("payment.refunded", "payment.declined", "payment.failed")
+	hotelHappened := has("hotel.held") || paymentHappened || paymentUndone
+	hotelUndone := anyOf("hotel.released", "hotel.rejected", "hotel.failed")
+	if (!hotelHappened || hotelUndone) && (!paymentHappened || paymentUndone) {
+		return StatusCanceled
+	}
+	return StatusCanceling
+}
+
+// FailureReason returns the traveler-facing reason of a failure kind, or "".
+func FailureReason(kind string) string { return failures[kind] }
+
+// Steps returns each step's state for GET /trips/{id}: "held",
+// "released", "sold_out", "charged", ..., "pending" while nothing is known,
+// "skipped" when the trip ended before the step ran.
+func Steps(seen []string, status string) map[string]string {
+	has := func(k string) bool { return slices.Contains(seen, k) }
+	pick := func(order ...string) string {
+		for i := 0; i+1 < len(order); i += 2 {
+			if has(order[i]) {
+				return order[i+1]
+			}
+		}
+		if status == StatusPending {
+			return "pending"
+		}
+		return "skipped"
+	}
+	return map[string]string{
+		"hotel":   pick("hotel.released", "released", "hotel.failed", "failed", "hotel.rejected", "sold_out", "hotel.held", "held"),
+		"payment": pick("payment.refunded", "refunded", "payment.failed", "failed", "payment.declined", "declined", "payment.charged", "charged"),
+		"car":     pick("car.booked", "booked", "car.failed", "failed", "car.rejected", "sold_out"),
+	}
+}

@@ -1,0 +1,472 @@
+// Package trips is the trips service: the traveler-facing API of
+// trips-api.md, and the projection of every step's events onto each trip's
+// status. POST /trips records the trip and its trip.requested event in one
+// transaction (the outbox). The projection follows hotel, payment and car
+// events in any order; when a trip settles it publishes trip.confirmed (the
+// forward-only "confirm" step after the pivot) or trip.canceled, and the
+// mail step emails the traveler (forward-only: retried, never undone).
+package trips
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/provider"
+	"github.com/tripsaga/tripsaga/saga"
+	"github.com/tripsaga/tripsaga/services/trips/internal/dbsqlc"
+	tripsql "github.com/tripsaga/tripsaga/sql"
+)
+
+var queries = dbsqlc.New() //nolint:gochecknoglobals // stateless
+
+// Trip is the API's view of a trip (trips-api.md, GET /trips/{id}).
+type Trip struct {
+	TripID    string              `json:"trip_id"`
+	Status    string              `json:"status"`
+	Steps     map[string]string   `json:"steps"`
+	Reason    string              `json:"reason,omitempty"`
+	CreatedAt time.Time           `json:"created_at"`
+	SettledAt *time.Time          `json:"settled_at,omitempty"`
+	Request   *events.TripRequest `json:"request,omitempty"`
+}
+
+func tripFromRow(row dbsqlc.Trip) Trip {
+	t := Trip{
+		TripID: row.TripID, Status: row.Status, Steps: Steps(row.Seen, row.Status),
+		CreatedAt: row.CreatedAt.UTC(),
+	}
+	if row.Reason != nil {
+		t.Reason = *row.Reason
+	}
+	if row.SettledAt != nil {
+		s := row.SettledAt.UTC()
+		t.SettledAt = &s
+	}
+	var req events.TripRequest
+	if json.Unmarshal(row.Request, &req) == nil {
+		t.Request = &req
+	}
+	return t
+}
+
+// Config configures the trips [Service].
+type Config struct {
+	Pool       *pgxpool.Pool
+	JetStream  jetstream.JetStream
+	MailURL    string
+	Timing     saga.Timing
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Service is the trips service.
+type Service struct {
+	cfg     Config
+	log     *slog.Logger
+	relay   *outbox.Relay
+	mail    *saga.Runner
+	inboxes []*outbox.Inbox
+	waiters sync.Map // trip id -> chan struct{} closed when it settles
+	mu      sync.Mutex
+}
+
+// New builds the service.
+func New(cfg Config) (*Service, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{cfg: cfg, log: cfg.Logger}
+	var err error
+	s.relay, err = outbox.NewRelay(outbox.RelayConfig{Pool: cfg.Pool, JetStream: cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	if err != nil {
+		return nil, err
+	}
+	mc := provider.Mail(cfg.MailURL)
+	s.mail, err = saga.New(saga.Config{
+		Pool: cfg.Pool, Timing: cfg.Timing, SoleInstance: true, Logger: cfg.Logger, Registerer: cfg.Registerer,
+		Spec: saga.Spec{Name: "mail", Service: "trips", Class: events.ForwardOnly, Company: mc, ActiveStatus: mc.ActiveStatus, OnDone: events.MailSent},
+	})
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := outbox.NewInboxMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	var projection events.Projection
+	for _, p := range events.Default.Projections {
+		if p.Name == "trips" {
+			projection = p
+		}
+	}
+	for stream, filters := range events.Default.Streams(projection.Consumes) {
+		in, err := outbox.NewInbox(outbox.InboxConfig{
+			Name: "trips", Stream: stream, FilterSubjects: filters, Types: projection.Consumes,
+			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: s.project, OnCommitted: s.onProjected,
+			Logger: cfg.Logger, Metrics: metrics,
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.inboxes = append(s.inboxes, in)
+	}
+	mailStep, _ := events.Default.Step("mail")
+	for stream, filters := range events.Default.Streams(mailStep.Trigger) {
+		in, err := outbox.NewInbox(outbox.InboxConfig{
+			Name: "trips-mail", Stream: stream, FilterSubjects: filters, Types: mailStep.Trigger,
+			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: s.requestMail,
+			OnCommitted: func(event.Event) { s.mail.Wake() }, Logger: cfg.Logger, Metrics: metrics,
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.inboxes = append(s.inboxes, in)
+	}
+	return s, nil
+}
+
+// Run runs the mail step's recovery pass, calls ready, then runs the
+// relay, the mail runner and the inboxes until ctx ends.
+func (s *Service) Run(ctx context.Context, ready func()) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.relay.Run(ctx) })
+	if _, err := s.mail.RecoveryPass(ctx); err != nil {
+		return fmt.Errorf("recovery pass: %w", err)
+	}
+	if ready != nil {
+		ready()
+	}
+	g.Go(func() error { return s.mail.Run(ctx) })
+	for _, in := range s.inboxes {
+		g.Go(func() error { return in.Run(ctx) })
+	}
+	err := g.Wait()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// project applies one step event to its trip, inside the inbox transaction.
+func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
+	var d events.StepData
+	if err := events.DecodeData(e, &d); err != nil {
+		return err
+	}
+	row, err := queries.TripGetForUpdate(ctx, tx, e.Subject())
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: no trip %q", outbox.ErrPermanent, e.Subject())
+	}
+	if err != nil {
+		return err
+	}
+	kind := events.Kind(e.Type())
+	if !slices.Contains(row.Seen, kind) {
+		row.Seen = append(row.Seen, kind)
+	}
+	if row.Reason == nil {
+		if r := FailureReason(kind); r != "" {
+			if d.Reason != "" && kind != "hotel.rejected" && kind != "car.rejected" {
+				r = d.Reason
+			}
+			row.Reason = &r
+		}
+	}
+	was := row.Status
+	if !IsFinal(was) {
+		row.Status = Project(row.Seen)
+	}
+	var evs []event.Event
+	if !IsFinal(was) && IsFinal(row.Status) {
+		now := time.Now()
+		row.SettledAt = &now
+		var req events.TripRequest
+		_ = json.Unmarshal(row.Request, &req)
+		typ := events.TripConfirmed
+		if row.Status == StatusCanceled {
+			typ = events.TripCanceled
+		}
+		data := events.TripSettledData{TripID: row.TripID, Status: row.Status, Traveler: req.Traveler}
+		if row.Reason != nil {
+			data.Reason = *row.Reason
+		}
+		ev, err := events.New(events.Source("trips"), typ, row.TripID, data)
+		if err != nil {
+			return err
+		}
+		evs = append(evs, ev)
+	}
+	if err := queries.TripUpdateProjection(ctx, tx, dbsqlc.TripUpdateProjectionParams{
+		TripID: row.TripID, Status: row.Status, Reason: row.Reason, Seen: row.Seen, SettledAt: row.SettledAt,
+	}); err != nil {
+		return err
+	}
+	return outbox.Write(ctx, tx, evs...)
+}
+
+func (s *Service) onProjected(e event.Event) {
+	if ch, ok := s.waiters.Load(e.Subject()); ok {
+		s.mu.Lock()
+		select {
+		case ch.(chan struct{}) <- struct{}{}:
+		default:
+		}
+		s.mu.Unlock()
+	}
+}
+
+// requestMail records the email of a settled trip (forward-only step).
+func (s *Service) requestMail(ctx context.Context, tx pgx.Tx, e event.Event) error {
+	var d events.TripSettledData
+	if err := events.DecodeData(e, &d); err != nil {
+		return err
+	}
+	if d.TripID != e.Subject() || d.Traveler.Email == "" {
+		return fmt.Errorf("%w: %s without trip or traveler", outbox.ErrPermanent, e.Type())
+	}
+	subject, text := "Your trip "+d.TripID+" is confirmed", "Hello "+d.Traveler.Name+",\n\nyour room, payment and car are all booked. Have a good weekend!\n"
+	if d.Status == StatusCanceled {
+		subject = "Your trip " + d.TripID + " was canceled"
+		text = "Hello " + d.Traveler.Name + ",\n\nwe could not book your trip (" + d.Reason + "). Nothing is held and any charge was refunded.\n"
+	}
+	_, err := s.mail.Request(ctx, tx, saga.Request{
+		TripID: d.TripID, KeyName: "mail:" + d.Status,
+		Body: map[string]string{"to": d.Traveler.Email, "subject": subject, "text": text, "trip_id": d.TripID},
+	})
+	return err
+}
+
+// Handler returns the API: POST /trips, GET /trips/{id}, GET /trips.
+func (s *Service) Handler(mux *http.ServeMux) {
+	mux.HandleFunc("POST /trips", s.postTrip)
+	mux.HandleFunc("GET /trips/{id}", s.getTrip)
+	mux.HandleFunc("GET /trips", s.listTrips)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (s *Service) postTrip(w http.ResponseWriter, r *http.Request) {
+	req, errs := DecodeRequest(r.Body)
+	if len(errs) > 0 {
+		writeProblem(w, Problem{Type: "https://tripsaga.io/problems/invalid-trip-request", Title: "Invalid trip request", Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("%d field(s) are invalid", len(errs)), Errors: errs})
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > 255 {
+		writeProblem(w, Problem{Type: "https://tripsaga.io/problems/invalid-trip-request", Title: "Invalid trip request", Status: http.StatusBadRequest,
+			Errors: []FieldError{{Field: "Idempotency-Key", Pointer: "header:Idempotency-Key", Detail: "at most 255 characters"}}})
+		return
+	}
+	wait, applied := ParseWait(r.Header)
+	row, err := s.create(r.Context(), key, req)
+	if errors.Is(err, errKeyReused) {
+		writeProblem(w, Problem{Type: "https://tripsaga.io/problems/idempotency-key-reused", Title: "Idempotency-Key reused with a different body", Status: http.StatusConflict,
+			Detail: "the Idempotency-Key " + strconv.Quote(key) + " was used for another trip request"})
+		return
+	}
+	if err != nil {
+		s.log.Error("create trip", "err", err)
+		writeProblem(w, Problem{Type: "about:blank", Title: "Internal error", Status: http.StatusInternalServerError})
+		return
+	}
+	row = s.waitSettled(r.Context(), row, wait)
+	if applied {
+		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+	}
+	loc := "/trips/" + row.TripID
+	w.Header().Set("Location", loc)
+	code := http.StatusAccepted
+	if IsFinal(row.Status) {
+		code = http.StatusCreated
+	}
+	writeJSON(w, code, tripFromRow(row))
+}
+
+var errKeyReused = errors.New("trips: idempotency key reused with another body")
+
+// create records a new trip and its trip.requested event in one
+// transaction, or returns the trip already recorded under key.
+func (s *Service) create(ctx context.Context, key string, req events.TripRequest) (dbsqlc.Trip, error) {
+	fp := Fingerprint(req)
+	var keyp *string
+	if key != "" {
+		keyp = &key
+		row, err := queries.TripGetByIdempotencyKey(ctx, s.cfg.Pool, keyp)
+		if err == nil {
+			if row.Fingerprint != fp {
+				return row, errKeyReused
+			}
+			return row, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return row, err
+		}
+	}
+	id := "T-" + ulid.Make().String()
+	body, _ := json.Marshal(req)
+	tx, err := s.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return dbsqlc.Trip{}, err
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	n, err := queries.TripInsert(ctx, tx, dbsqlc.TripInsertParams{TripID: id, IdempotencyKey: keyp, Fingerprint: fp, Request: body})
+	if err != nil {
+		return dbsqlc.Trip{}, err
+	}
+	if n == 0 { // a concurrent POST with the same key won
+		_ = tx.Rollback(ctx)
+		return s.create(ctx, key, req)
+	}
+	ev, err := events.New(events.Source("trips"), events.TripRequested, id, events.TripRequestedData{TripID: id, Request: req})
+	if err != nil {
+		return dbsqlc.Trip{}, err
+	}
+	if err := outbox.Write(ctx, tx, ev); err != nil {
+		return dbsqlc.Trip{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return dbsqlc.Trip{}, err
+	}
+	s.relay.Wake()
+	return queries.TripGet(ctx, s.cfg.Pool, id)
+}
+
+// waitSettled waits up to d for the trip to reach a final status, woken by
+// the projection and checking the database every 250 ms besides.
+func (s *Service) waitSettled(ctx context.Context, row dbsqlc.Trip, d time.Duration) dbsqlc.Trip {
+	if IsFinal(row.Status) || d <= 0 {
+		return row
+	}
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	actual, _ := s.waiters.LoadOrStore(row.TripID, ch)
+	s.mu.Unlock()
+	if actual.(chan struct{}) != ch {
+		ch = make(chan struct{}, 1) // another request waits on this trip: poll
+	} else {
+		defer s.waiters.Delete(row.TripID)
+	}
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return row
+		case <-deadline.C:
+			return row
+		case <-ch:
+		case <-tick.C:
+		}
+		cur, err := queries.TripGet(ctx, s.cfg.Pool, row.TripID)
+		if err == nil {
+			row = cur
+			if IsFinal(row.Status) {
+				return row
+			}
+		}
+	}
+}
+
+func (s *Service) getTrip(w http.ResponseWriter, r *http.Request) {
+	row, err := queries.TripGet(r.Context(), s.cfg.Pool, r.PathValue("id"))
+	if errors.Is(err, pgx.ErrNoRows) {
+		writeProblem(w, Problem{Type: "about:blank", Title: "Trip not found", Status: http.StatusNotFound, Instance: r.URL.Path})
+		return
+	}
+	if err != nil {
+		writeProblem(w, Problem{Type: "about:blank", Title: "Internal error", Status: http.StatusInternalServerError})
+		return
+	}
+	writeJSON(w, http.StatusOK, tripFromRow(row))
+}
+
+func (s *Service) listTrips(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var errs []FieldError
+	limit := 50
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			errs = append(errs, FieldError{Field: "limit", Pointer: "query:limit", Detail: "must be an integer from 1 to 1000"})
+		}
+		limit = n
+	}
+	var status, after *string
+	if v := q.Get("status"); v != "" {
+		if !slices.Contains([]string{StatusPending, StatusConfirmed, StatusCanceling, StatusCanceled}, v) {
+			errs = append(errs, FieldError{Field: "status", Pointer: "query:status", Detail: "must be pending, confirmed, canceling or canceled"})
+		}
+		status = &v
+	}
+	if v := q.Get("after"); v != "" {
+		after = &v
+	}
+	if len(errs) > 0 {
+		writeProblem(w, Problem{Type: "https://tripsaga.io/problems/invalid-query", Title: "Invalid query", Status: http.StatusBadRequest, Errors: errs})
+		return
+	}
+	rows, err := queries.TripList(r.Context(), s.cfg.Pool, dbsqlc.TripListParams{Status: status, Before: after, Max: int32(limit + 1)})
+	if err != nil {
+		writeProblem(w, Problem{Type: "about:blank", Title: "Internal error", Status: http.StatusInternalServerError})
+		return
+	}
+	out := struct {
+		Items []Trip `json:"items"`
+		Next  string `json:"next,omitempty"`
+	}{Items: []Trip{}}
+	for i, row := range rows {
+		if i == limit {
+			out.Next = rows[i-1].TripID
+			break
+		}
+		out.Items = append(out.Items, tripFromRow(row))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// Run runs the trips service process.
+func Run(ctx context.Context, env app.Env) error {
+	if err := env.Require("NATS_URL", "DATABASE_URL", "HTTP_ADDR", "MAIL_URL"); err != nil {
+		return fmt.Errorf("trips: %w", err)
+	}
+	p, err := app.Open(ctx, "trips", "trips", env, true, tripsql.SetSaga, tripsql.SetTrips)
+	if err != nil {
+		return fmt.Errorf("trips: %w", err)
+	}
+	defer p.Close()
+	s, err := New(Config{Pool: p.Pool, JetStream: p.JS, MailURL: env.MailURL, Timing: env.Timing(), Logger: p.Log, Registerer: p.Registry})
+	if err != nil {
+		return err
+	}
+	s.Handler(p.Mux)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return p.Serve(ctx) })
+	g.Go(func() error { return s.Run(ctx, p.SetReady) })
+	return g.Wait()
+}

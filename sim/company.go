@@ -1,0 +1,499 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tripsaga/tripsaga/sim/internal/dbsqlc"
+)
+
+// DeclinedCardToken is the card token that the card processor always
+// declines: 402 {"status":"declined","reason":"card declined"}.
+const DeclinedCardToken = "tok_declined"
+
+// Lists: the page size when limit is not given, and the largest allowed.
+const (
+	ListLimitDefault = 100
+	ListLimitMax     = 1000
+)
+
+// maxKeyLen bounds an Idempotency-Key, in bytes.
+const maxKeyLen = 255
+
+const declineReason = "card declined"
+
+// spec describes one company: its resource, its operations and its rules.
+type spec struct {
+	name          string // path prefix without the slash: hotel
+	schema        string // sim_hotel
+	collection    string // holds
+	idField       string // hold_id
+	idPrefix      string // H-
+	createOp      string // hold
+	createdStatus string // held
+	createCode    int    // 201, or 202 for mail
+	undoOp        string // release; empty: no undo (mail)
+	undoVerb      string // path verb: /holds/{key}/release
+	undoneStatus  string // released
+	statuses      []string
+	validate      func(v *validator)
+	cards         bool // card processor: declines, statements, refund ids
+	shortAnswer   bool // mail: POST answers only key, id and status
+}
+
+func (sp *spec) ops() []string {
+	if sp.undoOp == "" {
+		return []string{sp.createOp}
+	}
+	return []string{sp.createOp, sp.undoOp}
+}
+
+func specs() []*spec {
+	return []*spec{
+		{
+			name: "hotel", schema: "sim_hotel", collection: "holds",
+			idField: "hold_id", idPrefix: "H-",
+			createOp: OpHold, createdStatus: "held", createCode: http.StatusCreated,
+			undoOp: OpRelease, undoVerb: "release", undoneStatus: "released",
+			statuses: []string{"held", "released"},
+			validate: func(v *validator) {
+				v.str("trip_id")
+				v.str("property_id")
+				v.date("check_in")
+				v.positiveInt("nights")
+				v.str("guest.name")
+				v.email("guest.email")
+			},
+		},
+		{
+			name: "payments", schema: "sim_payments", collection: "charges",
+			idField: "charge_id", idPrefix: "C-",
+			createOp: OpCharge, createdStatus: "charged", createCode: http.StatusCreated,
+			undoOp: OpRefund, undoVerb: "refund", undoneStatus: "refunded",
+			statuses: []string{"charged", "refunded", "declined"},
+			cards:    true,
+			validate: func(v *validator) {
+				v.str("trip_id")
+				v.positiveInt("amount_cents")
+				v.currency("currency")
+				v.str("card_token")
+			},
+		},
+		{
+			name: "cars", schema: "sim_cars", collection: "bookings",
+			idField: "booking_id", idPrefix: "B-",
+			createOp: OpBook, createdStatus: "booked", createCode: http.StatusCreated,
+			undoOp: OpCancel, undoVerb: "cancel", undoneStatus: "canceled",
+			statuses: []string{"booked", "canceled"},
+			validate: func(v *validator) {
+				v.str("trip_id")
+				v.str("car_class")
+				pickup, okP := v.date("pickup")
+				ret, okR := v.date("return")
+				if okP && okR && ret.Before(pickup) {
+					v.fail("return", "must not be before pickup")
+				}
+				v.str("driver.name")
+				v.email("driver.email")
+			},
+		},
+		{
+			name: "mail", schema: "sim_mail", collection: "messages",
+			idField: "message_id", idPrefix: "M-",
+			createOp: OpMessage, createdStatus: "queued", createCode: http.StatusAccepted,
+			statuses:    []string{"queued"},
+			shortAnswer: true,
+			validate: func(v *validator) {
+				v.email("to")
+				v.str("subject")
+				v.str("text")
+				v.str("trip_id")
+			},
+		},
+	}
+}
+
+// company is one simulated company: its pool (search_path = its schema),
+// its queries and its fault rules.
+type company struct {
+	s      *Simulators
+	sp     *spec
+	pool   *pgxpool.Pool
+	q      *dbsqlc.Queries
+	faults *faultSet
+	log    *slog.Logger
+}
+
+func newCompany(s *Simulators, sp *spec, pool *pgxpool.Pool) *company {
+	return &company{
+		s:      s,
+		sp:     sp,
+		pool:   pool,
+		q:      dbsqlc.New(),
+		faults: &faultSet{now: time.Now},
+		log:    s.log.With("company", sp.name),
+	}
+}
+
+func (c *company) register(mux *http.ServeMux) {
+	p := "/" + c.sp.name
+	coll := p + "/" + c.sp.collection
+	mux.HandleFunc("POST "+coll, c.handleCreate)
+	mux.HandleFunc("GET "+coll+"/{key}", c.handleGet)
+	mux.HandleFunc("GET "+coll, c.handleList)
+	if c.sp.undoOp != "" {
+		mux.HandleFunc("POST "+coll+"/{key}/"+c.sp.undoVerb, c.handleUndo)
+	}
+	if c.sp.cards {
+		mux.HandleFunc("GET "+p+"/statements/{card_token}", c.handleStatement)
+	}
+	mux.HandleFunc("POST "+p+"/_faults", c.handleFaultAdd)
+	mux.HandleFunc("GET "+p+"/_faults", c.handleFaultList)
+	mux.HandleFunc("DELETE "+p+"/_faults", c.handleFaultClear)
+}
+
+func (c *company) reply(w http.ResponseWriter, r *http.Request, a answer, err error) {
+	if err != nil {
+		c.log.ErrorContext(r.Context(), "sim request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+		writeError(w, http.StatusInternalServerError, "internal")
+		return
+	}
+	writeAnswer(w, a)
+}
+
+// handleCreate serves POST /<collection>: validate, apply the transport
+// fault, then perform under the Idempotency-Key.
+func (c *company) handleCreate(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+	if strings.TrimSpace(key) == "" {
+		writeError(w, http.StatusUnprocessableEntity, "Idempotency-Key: header required")
+		return
+	}
+	if len(key) > maxKeyLen {
+		writeError(w, http.StatusUnprocessableEntity, fmt.Sprintf("Idempotency-Key: at most %d bytes", maxKeyLen))
+		return
+	}
+	req, canonical, fingerprint, err := readBody(w, r)
+	if err != nil {
+		writeError(w, http.StatusUnprocessableEntity, err.Error())
+		return
+	}
+	v := &validator{m: req}
+	c.sp.validate(v)
+	if err := v.err(); err != nil {
+		writeError(w, http.StatusUnprocessableEntity, err.Error())
+		return
+	}
+	rule := c.faults.take(c.sp.createOp, req, false)
+	c.run(w, r, key, rule, func(ctx context.Context) (answer, error) {
+		return c.performCreate(ctx, key, req, canonical, fingerprint)
+	})
+}
+
+// performCreate claims key and performs the operation in one transaction,
+// storing its answer; a key already stored is answered from the store.
+func (c *company) performCreate(ctx context.Context, key string, req map[string]any, canonical []byte, fingerprint string) (answer, error) {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return answer{}, fmt.Errorf("%s %s: begin: %w", c.sp.createOp, key, err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+
+	_, err = c.q.IdempotencyClaim(ctx, tx, dbsqlc.IdempotencyClaimParams{
+		Key: key, Op: c.sp.createOp, Fingerprint: fingerprint, Request: canonical,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Stored by an earlier (or concurrent, now committed) request.
+		_ = tx.Rollback(ctx)
+		stored, err := c.q.IdempotencyGet(ctx, c.pool, key)
+		if err != nil {
+			return answer{}, fmt.Errorf("%s %s: read stored answer: %w", c.sp.createOp, key, err)
+		}
+		if stored.Fingerprint != fingerprint {
+			return errorAnswer(http.StatusUnprocessableEntity, "idempotency_key_reused"), nil
+		}
+		return answer{status: int(stored.StatusCode), body: stored.Response}, nil
+	}
+	if err != nil {
+		return answer{}, fmt.Errorf("%s %s: claim key: %w", c.sp.createOp, key, err)
+	}
+
+	a, err := c.execute(ctx, tx, key, req, canonical)
+	if err != nil {
+		return answer{}, fmt.Errorf("%s %s: %w", c.sp.createOp, key, err)
+	}
+	if err := c.q.IdempotencySetAnswer(ctx, tx, dbsqlc.IdempotencySetAnswerParams{
+		Key: key, StatusCode: int32(a.status), Response: a.body,
+	}); err != nil {
+		return answer{}, fmt.Errorf("%s %s: store answer: %w", c.sp.createOp, key, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return answer{}, fmt.Errorf("%s %s: commit: %w", c.sp.createOp, key, err)
+	}
+	return a, nil
+}
+
+// execute performs a new operation inside tx and returns its answer.
+func (c *company) execute(ctx context.Context, tx pgx.Tx, key string, req map[string]any, canonical []byte) (answer, error) {
+	var decision *Rule
+	if c.sp.cards && str(req, "card_token") == DeclinedCardToken {
+		decision = &Rule{Fault: FaultDeclined}
+	} else if decision = c.faults.take(c.sp.createOp, req, true); decision != nil {
+		c.log.InfoContext(ctx, "sim fault applied", "rule_id", decision.ID, "op", decision.Op,
+			"fault", decision.Fault, "idempotency_key", key)
+	}
+	params := dbsqlc.RecordInsertParams{
+		Key:     key,
+		ID:      newID(c.sp.idPrefix),
+		TripID:  str(req, "trip_id"),
+		Status:  c.sp.createdStatus,
+		Request: canonical,
+	}
+	switch {
+	case decision != nil && decision.Fault == FaultSoldOut:
+		return jsonAnswer(http.StatusConflict, map[string]string{"status": "sold_out"}), nil
+	case decision != nil && decision.Fault == FaultDeclined:
+		params.Status = "declined"
+		params.Reason = ptr(declineReason)
+		if _, err := c.q.RecordInsert(ctx, tx, params); err != nil {
+			return answer{}, fmt.Errorf("insert record: %w", err)
+		}
+		return jsonAnswer(http.StatusPaymentRequired, map[string]string{"status": "declined", "reason": declineReason}), nil
+	}
+	rec, err := c.q.RecordInsert(ctx, tx, params)
+	if err != nil {
+		return answer{}, fmt.Errorf("insert record: %w", err)
+	}
+	if c.sp.cards {
+		if err := c.statementLine(ctx, tx, rec, req, "charge"); err != nil {
+			return answer{}, err
+		}
+	}
+	if c.sp.shortAnswer {
+		return jsonAnswer(c.sp.createCode, map[string]string{
+			"key": rec.Key, c.sp.idField: rec.ID, "status": rec.Status,
+		}), nil
+	}
+	res, err := c.resource(rec)
+	if err != nil {
+		return answer{}, err
+	}
+	return jsonAnswer(c.sp.createCode, res), nil
+}
+
+func (c *company) statementLine(ctx context.Context, tx pgx.Tx, rec dbsqlc.Record, req map[string]any, kind string) error {
+	_, err := c.q.StatementLineInsert(ctx, tx, dbsqlc.StatementLineInsertParams{
+		CardToken:   str(req, "card_token"),
+		ChargeKey:   rec.Key,
+		TripID:      rec.TripID,
+		AmountCents: integer(req, "amount_cents"),
+		Currency:    str(req, "currency"),
+		Kind:        kind,
+	})
+	if err != nil {
+		return fmt.Errorf("insert %s statement line: %w", kind, err)
+	}
+	return nil
+}
+
+// resource renders a record: its request fields plus key, id, trip_id,
+// status, reason (declined), refund_id (refunded) and times (RFC 3339, UTC).
+func (c *company) resource(rec dbsqlc.Record) (map[string]any, error) {
+	m, err := decodeObject(rec.Request)
+	if err != nil {
+		return nil, fmt.Errorf("record %s: stored request: %w", rec.Key, err)
+	}
+	m["key"] = rec.Key
+	m[c.sp.idField] = rec.ID
+	m["trip_id"] = rec.TripID
+	m["status"] = rec.Status
+	if rec.Reason != nil {
+		m["reason"] = *rec.Reason
+	}
+	if rec.UndoID != nil {
+		m["refund_id"] = *rec.UndoID
+	}
+	m["created_at"] = rec.CreatedAt.UTC().Format(time.RFC3339Nano)
+	m["updated_at"] = rec.UpdatedAt.UTC().Format(time.RFC3339Nano)
+	return m, nil
+}
+
+// handleUndo serves POST /<collection>/{key}/<verb> (release, refund,
+// cancel). Faults match the original stored request of the key.
+func (c *company) handleUndo(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	var orig map[string]any
+	stored, err := c.q.IdempotencyGet(r.Context(), c.pool, key)
+	switch {
+	case err == nil:
+		orig, _ = decodeObject(stored.Request)
+	case !errors.Is(err, pgx.ErrNoRows):
+		c.reply(w, r, answer{}, fmt.Errorf("%s %s: read request: %w", c.sp.undoOp, key, err))
+		return
+	}
+	rule := c.faults.take(c.sp.undoOp, orig, false)
+	c.run(w, r, key, rule, func(ctx context.Context) (answer, error) {
+		return c.performUndo(ctx, key)
+	})
+}
+
+// performUndo undoes the CURRENT record of key, if it is in force. A key
+// never seen, or a declined charge, answers {"status":"none"}; an undone
+// record answers as its undo did.
+func (c *company) performUndo(ctx context.Context, key string) (answer, error) {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return answer{}, fmt.Errorf("%s %s: begin: %w", c.sp.undoOp, key, err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	rec, err := c.q.RecordGetByKeyForUpdate(ctx, tx, key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return noneAnswer, nil
+	}
+	if err != nil {
+		return answer{}, fmt.Errorf("%s %s: read record: %w", c.sp.undoOp, key, err)
+	}
+	switch rec.Status {
+	case c.sp.createdStatus:
+		var undoID *string
+		if c.sp.cards {
+			undoID = ptr(newID("R-"))
+		}
+		rec, err = c.q.RecordSetStatus(ctx, tx, dbsqlc.RecordSetStatusParams{
+			Key: key, Status: c.sp.undoneStatus, UndoID: undoID,
+		})
+		if err != nil {
+			return answer{}, fmt.Errorf("%s %s: set status: %w", c.sp.undoOp, key, err)
+		}
+		if c.sp.cards {
+			req, err := decodeObject(rec.Request)
+			if err != nil {
+				return answer{}, fmt.Errorf("%s %s: stored request: %w", c.sp.undoOp, key, err)
+			}
+			if err := c.statementLine(ctx, tx, rec, req, "refund"); err != nil {
+				return answer{}, fmt.Errorf("%s %s: %w", c.sp.undoOp, key, err)
+			}
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return answer{}, fmt.Errorf("%s %s: commit: %w", c.sp.undoOp, key, err)
+		}
+	case c.sp.undoneStatus:
+	default: // declined
+		return noneAnswer, nil
+	}
+	out := map[string]string{"key": rec.Key, c.sp.idField: rec.ID, "status": rec.Status}
+	if rec.UndoID != nil {
+		out["refund_id"] = *rec.UndoID
+	}
+	return jsonAnswer(http.StatusOK, out), nil
+}
+
+// handleGet serves GET /<collection>/{key}.
+func (c *company) handleGet(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	rec, err := c.q.RecordGetByKey(r.Context(), c.pool, key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		writeJSON(w, http.StatusNotFound, map[string]string{"status": "none"})
+		return
+	}
+	if err != nil {
+		c.reply(w, r, answer{}, fmt.Errorf("get %s: %w", key, err))
+		return
+	}
+	res, err := c.resource(rec)
+	if err != nil {
+		c.reply(w, r, answer{}, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// handleList serves GET /<collection>?status=&trip_id=&after=&limit=:
+// records oldest first; next is set only when another page exists.
+func (c *company) handleList(w http.ResponseWriter, r *http.Request) {
+	qv := r.URL.Query()
+	params := dbsqlc.RecordListParams{MaxRows: ListLimitDefault + 1}
+	limit := ListLimitDefault
+	if s := qv.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > ListLimitMax {
+			writeError(w, http.StatusUnprocessableEntity, fmt.Sprintf("limit: want an integer from 1 to %d, got %q", ListLimitMax, s))
+			return
+		}
+		limit = n
+	}
+	params.MaxRows = int32(limit + 1)
+	if s := qv.Get("after"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusUnprocessableEntity, fmt.Sprintf("after: not a cursor from this list: %q", s))
+			return
+		}
+		params.AfterSeq = n
+	}
+	if s := qv.Get("status"); s != "" {
+		if !slices.Contains(c.sp.statuses, s) {
+			writeError(w, http.StatusUnprocessableEntity, fmt.Sprintf("status: want one of %v, got %q", c.sp.statuses, s))
+			return
+		}
+		params.Status = ptr(s)
+	}
+	if s := qv.Get("trip_id"); s != "" {
+		params.TripID = ptr(s)
+	}
+	recs, err := c.q.RecordList(r.Context(), c.pool, params)
+	if err != nil {
+		c.reply(w, r, answer{}, fmt.Errorf("list: %w", err))
+		return
+	}
+	out := map[string]any{}
+	if len(recs) > limit {
+		recs = recs[:limit]
+		out["next"] = strconv.FormatInt(recs[len(recs)-1].Seq, 10)
+	}
+	items := make([]map[string]any, 0, len(recs))
+	for _, rec := range recs {
+		res, err := c.resource(rec)
+		if err != nil {
+			c.reply(w, r, answer{}, err)
+			return
+		}
+		items = append(items, res)
+	}
+	out["items"] = items
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleStatement serves GET /statements/{card_token}: the card's lines,
+// oldest first. amount_cents is positive; kind says charge or refund.
+func (c *company) handleStatement(w http.ResponseWriter, r *http.Request) {
+	lines, err := c.q.StatementLineListByCardToken(r.Context(), c.pool, r.PathValue("card_token"))
+	if err != nil {
+		c.reply(w, r, answer{}, fmt.Errorf("statement: %w", err))
+		return
+	}
+	out := make([]map[string]any, 0, len(lines))
+	for _, l := range lines {
+		out = append(out, map[string]any{
+			"key":          l.ChargeKey,
+			"trip_id":      l.TripID,
+			"amount_cents": l.AmountCents,
+			"currency":     l.Currency,
+			"kind":         l.Kind,
+			"at":           l.At.UTC().Format(time.RFC3339Nano),
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"lines": out})
+}
+
+func ptr[T any](v T) *T { return &v }

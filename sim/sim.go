@@ -1,0 +1,207 @@
+// Package sim simulates the four outside companies the project talks to:
+// the hotel, the card processor, the car firm and the mail relay. Each
+// speaks exactly the provider contract (docs: contracts/providers.md) over
+// HTTP/JSON and keeps its records in its own PostgreSQL schema (sim_hotel,
+// sim_payments, sim_cars, sim_mail), so records survive a restart.
+//
+// One [http.Handler] serves all four under path prefixes:
+//
+//	HOTEL_URL=http://127.0.0.1:PORT/hotel
+//	PAYMENTS_URL=http://127.0.0.1:PORT/payments
+//	CARS_URL=http://127.0.0.1:PORT/cars
+//	MAIL_URL=http://127.0.0.1:PORT/mail
+//
+// Each company also accepts fault rules at <prefix>/_faults (see [Rule]),
+// so tests and the demo can make it sell out, decline, fail, lose answers,
+// hang, commit late or answer slowly. [AddFault] and [ClearFaults] are a
+// small client for them. Fault rules live in memory: a restart forgets
+// them, while records stay.
+//
+// Beyond the contract, and safe for callers to ignore: every list also takes
+// trip_id; resources carry created_at and updated_at (RFC 3339, UTC); a
+// statement line also carries the charge's key and currency; a hang that
+// outlives its delay answers 504 {"error":"timeout"}; card token
+// [DeclinedCardToken] is always declined.
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	tripsql "github.com/tripsaga/tripsaga/sql"
+)
+
+// Config configures [New].
+type Config struct {
+	// DatabaseURL is the PostgreSQL database holding the companies' schemas.
+	// Required.
+	DatabaseURL string
+	// Logger receives request and fault logs. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Simulators are the four company simulators. Create them with [New], serve
+// [Simulators.Handler], and [Simulators.Close] them when done.
+type Simulators struct {
+	log       *slog.Logger
+	companies []*company
+	handler   http.Handler
+
+	baseCtx context.Context // canceled by Close; late commits run under it
+	cancel  context.CancelFunc
+	closing chan struct{} // closed by Close: hanging handlers stop waiting
+
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup // late commits in flight
+
+	// onLateCommit, when set (tests only, before serving), is called after
+	// each commit_late operation has been performed.
+	onLateCommit func(company, key string, status int)
+}
+
+// New migrates the four company schemas (sim_hotel, sim_payments, sim_cars,
+// sim_mail) in cfg.DatabaseURL, opens one connection pool per company and
+// returns the simulators. Records already in the database are kept.
+func New(ctx context.Context, cfg Config) (*Simulators, error) {
+	if cfg.DatabaseURL == "" {
+		return nil, errors.New("sim: Config.DatabaseURL is required")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	baseCtx, cancel := context.WithCancel(context.Background())
+	s := &Simulators{
+		log:     log,
+		baseCtx: baseCtx,
+		cancel:  cancel,
+		closing: make(chan struct{}),
+	}
+	for _, sp := range specs() {
+		c, err := s.openCompany(ctx, cfg.DatabaseURL, sp)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.companies = append(s.companies, c)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.handleHealthz)
+	for _, c := range s.companies {
+		c.register(mux)
+	}
+	s.handler = s.logRequests(mux)
+	return s, nil
+}
+
+func (s *Simulators) openCompany(ctx context.Context, databaseURL string, sp *spec) (*company, error) {
+	if err := tripsql.Migrate(ctx, databaseURL, sp.schema, tripsql.SetSim); err != nil {
+		return nil, fmt.Errorf("sim %s: %w", sp.name, err)
+	}
+	pcfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("sim %s: DatabaseURL: %w", sp.name, err)
+	}
+	pcfg.ConnConfig.RuntimeParams["search_path"] = sp.schema
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("sim %s: open pool: %w", sp.name, err)
+	}
+	return newCompany(s, sp, pool), nil
+}
+
+// Handler serves the four companies under /hotel, /payments, /cars and
+// /mail, and GET /healthz at the root.
+func (s *Simulators) Handler() http.Handler { return s.handler }
+
+// Close stops the simulators: hanging and slow handlers stop waiting,
+// pending late commits are dropped (as if the company crashed before
+// committing them), and the connection pools are closed. It is safe to call
+// more than once.
+func (s *Simulators) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	close(s.closing)
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	for _, c := range s.companies {
+		c.pool.Close()
+	}
+}
+
+// goLate runs fn in a goroutine tracked by Close. It returns false, without
+// running fn, once Close has begun.
+func (s *Simulators) goLate(fn func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		fn()
+	}()
+	return true
+}
+
+func (s *Simulators) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	for _, c := range s.companies {
+		if err := c.pool.Ping(r.Context()); err != nil {
+			s.log.WarnContext(r.Context(), "sim healthz", "company", c.sp.name, "error", err)
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "company": c.sp.name})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// logRequests logs every request once, at debug level.
+func (s *Simulators) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r)
+		s.log.DebugContext(r.Context(), "sim request",
+			"method", r.Method,
+			"path", r.URL.Path,
+			"idempotency_key", r.Header.Get("Idempotency-Key"),
+			"status", rec.status, // 0: no answer (lost, hung or hijacked)
+			"duration_ms", time.Since(start).Milliseconds())
+	})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (for Hijack).
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
