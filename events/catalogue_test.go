@@ -38,8 +38,10 @@ func TestCatalogueRejects(t *testing.T) {
 		"PivotWithCompensation": {func(c *Catalogue) {
 			c.Steps[2].Compensation = &Compensation{Name: "cancel", Trigger: []string{MailSent}}
 		}, "pivot car has a compensation"},
-		"NoPivot":             {func(c *Catalogue) { c.Steps[2].Class = Compensable; c.Steps[2].Compensation = &Compensation{Name: "c"} }, "no pivot step"},
-		"UndeclaredPublished": {func(c *Catalogue) { c.Steps[0].Publishes = append(c.Steps[0].Publishes, "io.tripsaga.hotel.upgraded.v1") }, `undeclared type "io.tripsaga.hotel.upgraded.v1"`},
+		"NoPivot": {func(c *Catalogue) { c.Steps[2].Class = Compensable; c.Steps[2].Compensation = &Compensation{Name: "c"} }, "no pivot step"},
+		"UndeclaredPublished": {func(c *Catalogue) {
+			c.Steps[0].Publishes = append(c.Steps[0].Publishes, "io.tripsaga.hotel.upgraded.v1")
+		}, `undeclared type "io.tripsaga.hotel.upgraded.v1"`},
 		"PublishedWithoutConsumer": {func(c *Catalogue) {
 			c.Projections = c.Projections[:1] // drop the reconciler: mail.sent has no consumer left
 		}, `"io.tripsaga.mail.sent.v1" is published but has no consumer`},

@@ -287,7 +287,10 @@ func TestInbox(t *testing.T) {
 		testenv.Eventually(t, func() bool { return effects(t, b, marker.ID()) == 1 }, "marker handled")
 		testenv.Eventually(t, func() bool {
 			info, err := b.js.Consumer(context.Background(), events.StreamHotel, "test")
-			return err == nil && func() bool { i, err := info.Info(context.Background()); return err == nil && i.NumAckPending == 0 && i.NumPending == 0 }()
+			return err == nil && func() bool {
+				i, err := info.Info(context.Background())
+				return err == nil && i.NumAckPending == 0 && i.NumPending == 0
+			}()
 		}, "all acked")
 		require.Equal(t, 1, effects(t, b, e.ID()))
 	})

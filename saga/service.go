@@ -45,7 +45,7 @@ type Service struct {
 // tripEvent is the common shape of every trigger's data: trip.requested
 // and the step events both carry "trip_id" and "request".
 type tripEvent struct {
-	TripID  string               `json:"trip_id"`
+	TripID  string              `json:"trip_id"`
 	Request *events.TripRequest `json:"request"`
 }
 

@@ -39,10 +39,10 @@ type Config struct {
 
 // Cluster is a running private PostgreSQL server.
 type Cluster struct {
-	cfg    Config
-	bin    string
-	cred   *syscall.Credential
-	Port   int
+	cfg  Config
+	bin  string
+	cred *syscall.Credential
+	Port int
 	// URL is a libpq URL for the "postgres" database, as superuser postgres.
 	URL string
 }
