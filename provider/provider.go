@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -163,8 +164,8 @@ func (c *Client) Create(ctx context.Context, key string, body any) (Result, erro
 		r.Outcome, r.Reason = Rejected, "sold out"
 	case http.StatusPaymentRequired:
 		r.Outcome, r.Reason = Rejected, "card declined"
-		if why := str(a.body, "reason"); why != "" {
-			r.Reason = "card declined: " + why
+		if why := str(a.body, "reason"); why != "" && why != r.Reason {
+			r.Reason = "card declined: " + strings.TrimPrefix(why, "card declined: ")
 		}
 	case http.StatusUnprocessableEntity:
 		r.Outcome, r.Reason = Rejected, "refused: "+str(a.body, "error")

@@ -554,3 +554,70 @@ func update(ctx context.Context, tx pgx.Tx, row dbsqlc.Step) error {
 	}
 	return nil
 }
+
+// Incident is a problem raised for a person (compensation_stuck,
+// forward_stuck, forward_refused). Retries go on while it is open.
+type Incident struct {
+	TripID     string     `json:"trip_id"`
+	Step       string     `json:"step"`
+	Kind       string     `json:"kind"`
+	Attempts   int        `json:"attempts"`
+	LastError  string     `json:"last_error"`
+	RaisedAt   time.Time  `json:"raised_at"`
+	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
+}
+
+// Incidents lists every incident of the service whose schema db reaches,
+// oldest first.
+func Incidents(ctx context.Context, db dbsqlc.DBTX) ([]Incident, error) {
+	rows, err := queries.IncidentListAll(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("saga: incidents: %w", err)
+	}
+	out := make([]Incident, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, Incident{TripID: r.TripID, Step: r.Step, Kind: r.Kind, Attempts: int(r.Attempts), LastError: r.LastError, RaisedAt: r.RaisedAt.UTC(), ResolvedAt: r.ResolvedAt})
+	}
+	return out, nil
+}
+
+// StepView is a step log row, for operators.
+type StepView struct {
+	TripID         string     `json:"trip_id"`
+	Step           string     `json:"step"`
+	IdempotencyKey string     `json:"idempotency_key"`
+	Status         string     `json:"status"`
+	UndoCause      string     `json:"undo_cause,omitempty"`
+	CompanyRef     string     `json:"company_ref,omitempty"`
+	Outcome        string     `json:"outcome,omitempty"`
+	Reason         string     `json:"reason,omitempty"`
+	Attempts       int        `json:"attempts"`
+	UndoAttempts   int        `json:"undo_attempts"`
+	LastError      string     `json:"last_error,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+	UndoneAt       *time.Time `json:"undone_at,omitempty"`
+}
+
+// Steps returns the step log rows of a trip.
+func Steps(ctx context.Context, db dbsqlc.DBTX, trip string) ([]StepView, error) {
+	rows, err := queries.StepListByTrip(ctx, db, trip)
+	if err != nil {
+		return nil, fmt.Errorf("saga: steps of %s: %w", trip, err)
+	}
+	s := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	out := make([]StepView, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, StepView{
+			TripID: r.TripID, Step: r.Step, IdempotencyKey: r.IdempotencyKey, Status: r.Status, UndoCause: s(r.UndoCause),
+			CompanyRef: s(r.CompanyRef), Outcome: s(r.Outcome), Reason: s(r.Reason), Attempts: int(r.Attempts),
+			UndoAttempts: int(r.UndoAttempts), LastError: s(r.LastError), CreatedAt: r.CreatedAt.UTC(), FinishedAt: r.FinishedAt, UndoneAt: r.UndoneAt,
+		})
+	}
+	return out, nil
+}

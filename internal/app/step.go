@@ -38,6 +38,7 @@ func RunStep(ctx context.Context, env Env, spec saga.Spec, build saga.BuildFunc,
 	if err != nil {
 		return err
 	}
+	p.HandleOps()
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.Serve(ctx) })
 	g.Go(func() error { return svc.Run(ctx, p.SetReady) })

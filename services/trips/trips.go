@@ -465,6 +465,7 @@ func Run(ctx context.Context, env app.Env) error {
 		return err
 	}
 	s.Handler(p.Mux)
+	p.HandleOps()
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.Serve(ctx) })
 	g.Go(func() error { return s.Run(ctx, p.SetReady) })

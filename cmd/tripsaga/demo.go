@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tripsaga/tripsaga/internal/demo"
+	"github.com/tripsaga/tripsaga/internal/stack"
+)
+
+func demoCmd() *cobra.Command {
+	var asJSON, keep bool
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Start everything (as up does), book trips in eight situations and judge each against the companies' records",
+		Long: `demo starts the whole system in a fresh folder, books trips in eight
+situations (all well, sold out, declined, a SIGKILL after the charge, a lost
+answer, a hanging company, refunds failing for 30 s, a repeated POST) and
+prints, for each: the answer and its time, the trip's status, what each
+company's records hold, and the verdict: whole, empty or HALF. It exits
+non-zero if any verdict is HALF or differs from what the situation must end in.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), dir, keep, asJSON)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON array, an object per situation")
+	cmd.Flags().StringVar(&dir, "dir", "", "folder for the stack's data and logs (default: a new temp folder)")
+	cmd.Flags().BoolVar(&keep, "keep", false, "keep the folder (logs, data) after the demo")
+	return cmd
+}
+
+func runDemo(ctx context.Context, out, errw io.Writer, dir string, keep, asJSON bool) error {
+	if dir == "" {
+		d, err := os.MkdirTemp("", "tripsaga-demo-")
+		if err != nil {
+			return err
+		}
+		dir = d
+		if !keep {
+			defer os.RemoveAll(d)
+		}
+	}
+	fmt.Fprintf(errw, "starting NATS, PostgreSQL, the simulators and every service in %s ...\n", dir)
+	start := time.Now()
+	s, err := stack.Start(ctx, stack.Config{Dir: dir, Logger: slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		return err
+	}
+	defer s.Stop()
+	fmt.Fprintf(errw, "up in %s; trips API at %s\n", time.Since(start).Round(time.Millisecond), s.URL("trips"))
+	env := demoEnv(s)
+	outcomes := runSituations(ctx, env, func(o *demo.Outcome) {
+		fmt.Fprintf(errw, "  %-45s %s, %s\n", o.Situation, o.Status, o.Verdict)
+	})
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(outcomes); err != nil {
+			return err
+		}
+	} else {
+		printTable(out, outcomes)
+	}
+	var bad []string
+	for _, o := range outcomes {
+		if !o.OK || o.Verdict == demo.Half {
+			bad = append(bad, o.Situation)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%d situation(s) did not end as they must: %s (logs in %s)", len(bad), strings.Join(bad, "; "), dir)
+	}
+	return nil
+}
+
+func demoEnv(s *stack.Stack) *demo.Env {
+	urls := s.CompanyURLs()
+	return &demo.Env{
+		TripsURL: s.URL("trips"), PaymentURL: s.URL("payment"),
+		HotelURL: urls["HOTEL_URL"], PaymentsURL: urls["PAYMENTS_URL"], CarsURL: urls["CARS_URL"], MailURL: urls["MAIL_URL"],
+		Kill: func(ctx context.Context, name string) error {
+			if _, err := s.Kill(name); err != nil {
+				return err
+			}
+			return s.WaitReady(ctx, name)
+		},
+	}
+}
+
+// runSituations runs the slow situation (refunds failing for 30 s) in the
+// background and the others one after another, and returns the outcomes in
+// the situations' order.
+func runSituations(ctx context.Context, env *demo.Env, progress func(*demo.Outcome)) []*demo.Outcome {
+	sits := demo.Situations()
+	outcomes := make([]*demo.Outcome, len(sits))
+	slow := -1
+	done := make(chan struct{})
+	for i, s := range sits {
+		if strings.HasPrefix(s.Name, "refunds fail") {
+			slow = i
+			go func() {
+				defer close(done)
+				outcomes[i] = s.Run(ctx, env)
+			}()
+		}
+	}
+	if slow < 0 {
+		close(done)
+	}
+	for i, s := range sits {
+		if i == slow {
+			continue
+		}
+		outcomes[i] = s.Run(ctx, env)
+		progress(outcomes[i])
+	}
+	<-done
+	if slow >= 0 {
+		progress(outcomes[slow])
+	}
+	return outcomes
+}
+
+func printTable(w io.Writer, outcomes []*demo.Outcome) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SITUATION\tANSWER\tANSWER MS\tSETTLED MS\tSTATUS\tCOMPANIES' RECORDS\tVERDICT\t")
+	for _, o := range outcomes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", o.Situation, o.Answer, strconv.FormatInt(o.AnswerMS, 10), strconv.FormatInt(o.SettledMS, 10), o.Status, o.Records, o.Verdict)
+	}
+	_ = tw.Flush()
+	for _, o := range outcomes {
+		for _, n := range o.Notes {
+			fmt.Fprintf(w, "  - %s: %s\n", o.Situation, n)
+		}
+	}
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/reconciler"
+	"github.com/tripsaga/tripsaga/services/car"
+	"github.com/tripsaga/tripsaga/services/hotel"
+	"github.com/tripsaga/tripsaga/services/payment"
+	"github.com/tripsaga/tripsaga/services/trips"
+	"github.com/tripsaga/tripsaga/sim"
+)
+
+func serveCmd() *cobra.Command {
+	runners := map[string]func(context.Context, app.Env) error{
+		"trips": trips.Run, "hotel": hotel.Run, "payment": payment.Run, "car": car.Run,
+		"reconciler": reconciler.Run, "sim": serveSim,
+	}
+	return &cobra.Command{
+		Use:       "serve <trips|hotel|payment|car|reconciler|sim>",
+		Short:     "Run one process, configured by the environment (NATS_URL, DATABASE_URL, HTTP_ADDR, HOTEL_URL, PAYMENTS_URL, CARS_URL, MAIL_URL)",
+		Args:      cobra.ExactArgs(1),
+		ValidArgs: []string{"trips", "hotel", "payment", "car", "reconciler", "sim"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			run, ok := runners[args[0]]
+			if !ok {
+				return fmt.Errorf("unknown process %q: want trips, hotel, payment, car, reconciler or sim", args[0])
+			}
+			return run(cmd.Context(), app.EnvFromOS())
+		},
+	}
+}
+
+// serveSim runs the four company simulators on HTTP_ADDR, under /hotel,
+// /payments, /cars and /mail.
+func serveSim(ctx context.Context, env app.Env) error {
+	if err := env.Require("DATABASE_URL", "HTTP_ADDR"); err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("service", "sim")
+	sims, err := sim.New(ctx, sim.Config{DatabaseURL: env.DatabaseURL, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer sims.Close()
+	mux := http.NewServeMux()
+	mux.Handle("/", sims.Handler())
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ready\n")) })
+	ln, err := net.Listen("tcp", env.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sims.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	log.Info("listening", "addr", ln.Addr().String())
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
