@@ -25,7 +25,7 @@ import (
 // Inbox defaults.
 const (
 	InboxMaxDeliverDefault  = 25
-	InboxAckWaitDefault     = 30 * time.Second
+	InboxAckWaitDefault     = 5 * time.Second
 	InboxConcurrencyDefault = 4
 	InboxBackoffMaxDefault  = 15 * time.Second
 )
@@ -77,7 +77,10 @@ type InboxConfig struct {
 	// Defaults to 25. Set on the consumer too (NATS docs: MaxDeliver
 	// defaults to unlimited).
 	MaxDeliver int
-	// AckWait is the server's redelivery timer. Defaults to 30 s.
+	// AckWait is the server's redelivery timer: a message handed to a
+	// client that died comes back after it (nats-server #4627). Handlers
+	// only touch PostgreSQL (company calls run from the step log), so it can
+	// be short. Defaults to 5 s.
 	AckWait time.Duration
 	// Concurrency is how many events are handled at once. Defaults to 4.
 	Concurrency int

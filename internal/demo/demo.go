@@ -61,19 +61,21 @@ type Situation struct {
 
 // TripOutcome is what one trip ended as, from our API and the companies.
 type TripOutcome struct {
-	TripID    string `json:"trip_id"`
-	Answer    int    `json:"answer"`
-	AnswerMS  int64  `json:"answer_ms"`
-	SettledMS int64  `json:"settled_ms"`
-	Status    string `json:"status"`
-	Reason    string `json:"reason,omitempty"`
-	Hold      string `json:"hold"`
-	Charge    string `json:"charge"`
-	Booking   string `json:"booking"`
-	Charges   int    `json:"charge_lines"`
-	Refunds   int    `json:"refund_lines"`
-	Mails     int    `json:"mails"`
-	Verdict   string `json:"verdict"`
+	TripID string `json:"trip_id"`
+	Answer int    `json:"answer"`
+	// AnswerStatus is the trip status in the POST's answer.
+	AnswerStatus string `json:"answer_status"`
+	AnswerMS     int64  `json:"answer_ms"`
+	SettledMS    int64  `json:"settled_ms"`
+	Status       string `json:"status"`
+	Reason       string `json:"reason,omitempty"`
+	Hold         string `json:"hold"`
+	Charge       string `json:"charge"`
+	Booking      string `json:"booking"`
+	Charges      int    `json:"charge_lines"`
+	Refunds      int    `json:"refund_lines"`
+	Mails        int    `json:"mails"`
+	Verdict      string `json:"verdict"`
 }
 
 // Outcome is one situation's row.
@@ -238,7 +240,7 @@ func (env *Env) settle(ctx context.Context, a *tripAnswer) (*tripAnswer, int64) 
 // judge settles a trip and reads the companies' records of it.
 func (env *Env) judge(ctx context.Context, a *tripAnswer, card string) TripOutcome {
 	cur, settledMS := env.settle(ctx, a)
-	t := TripOutcome{TripID: a.TripID, Answer: a.code, AnswerMS: a.ms, SettledMS: settledMS, Status: cur.Status, Reason: cur.Reason}
+	t := TripOutcome{TripID: a.TripID, Answer: a.code, AnswerStatus: a.Status, AnswerMS: a.ms, SettledMS: settledMS, Status: cur.Status, Reason: cur.Reason}
 	status := func(base, res, key string) string {
 		var v struct {
 			Status string `json:"status"`

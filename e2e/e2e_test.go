@@ -1,0 +1,255 @@
+// Package e2e runs the whole system as a user runs it: the tripsaga binary
+// started as one child process per service by the stack supervisor, an
+// embedded NATS server, a private PostgreSQL cluster and the company
+// simulators, all over real HTTP; processes are killed with SIGKILL.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/internal/demo"
+	"github.com/tripsaga/tripsaga/internal/stack"
+)
+
+var sys *stack.Stack //nolint:gochecknoglobals // the one system under test
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "tripsaga-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "tripsaga")
+	build := exec.Command("go", "build", "-o", bin, "../cmd/tripsaga")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: build:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sys, err = stack.Start(ctx, stack.Config{Dir: filepath.Join(dir, "stack"), Binary: bin})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: stack:", err)
+		return 1
+	}
+	code := m.Run()
+	if code != 0 {
+		for _, name := range stack.Processes {
+			b, _ := os.ReadFile(sys.LogPath(name))
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			fmt.Fprintf(os.Stderr, "==== %s log (tail)\n%s\n", name, b)
+		}
+	}
+	sys.Stop()
+	return code
+}
+
+func env() *demo.Env {
+	urls := sys.CompanyURLs()
+	return &demo.Env{
+		TripsURL: sys.URL("trips"), PaymentURL: sys.URL("payment"),
+		HotelURL: urls["HOTEL_URL"], PaymentsURL: urls["PAYMENTS_URL"], CarsURL: urls["CARS_URL"], MailURL: urls["MAIL_URL"],
+		Kill: func(ctx context.Context, name string) error {
+			if _, err := sys.Kill(name); err != nil {
+				return err
+			}
+			return sys.WaitReady(ctx, name)
+		},
+	}
+}
+
+// TestSituations runs the demo's eight situations at once (so the SIGKILL
+// of the payment service lands in the middle of the others) and checks each
+// ends as it must, against the companies' own records.
+func TestSituations(t *testing.T) {
+	for _, s := range demo.Situations() {
+		t.Run(s.Name, func(t *testing.T) {
+			t.Parallel()
+			o := s.Run(context.Background(), env())
+			b, _ := json.MarshalIndent(o, "", "  ")
+			require.Truef(t, o.OK, "outcome:\n%s", b)
+			require.NotEqual(t, demo.Half, o.Verdict)
+			for _, tr := range o.Trips {
+				require.Equal(t, s.WantStatus, tr.Status)
+				require.Equal(t, 1, tr.Mails, "the traveler is emailed once when the trip settles")
+				switch s.Name {
+				case "car sold out":
+					require.Equal(t, "released", tr.Hold)
+					require.Equal(t, "refunded", tr.Charge)
+					require.Equal(t, []int{1, 1}, []int{tr.Charges, tr.Refunds}, "a charge line and a refund line")
+					require.Equal(t, "none", tr.Booking)
+					require.Equal(t, "car sold out", tr.Reason)
+				case "card declined":
+					require.Equal(t, "released", tr.Hold)
+					require.Equal(t, "declined", tr.Charge)
+					require.Equal(t, "none", tr.Booking, "no car")
+				case "payment killed (SIGKILL) after the charge", "same POST twice, one Idempotency-Key":
+					require.Equal(t, 1, tr.Charges, "charged once")
+				case "car booked, answer lost":
+					require.Equal(t, "booked", tr.Booking, "learned by key")
+				case "car times out, never books":
+					require.Contains(t, []string{"none", "canceled"}, tr.Booking)
+					require.Equal(t, "released", tr.Hold)
+				case "refunds fail for 30 s while undoing":
+					require.Equal(t, "canceling", tr.AnswerStatus, "canceling while refunds fail")
+					require.Equal(t, 202, tr.Answer)
+					require.Equal(t, []int{1, 1}, []int{tr.Charges, tr.Refunds})
+					require.Contains(t, strings.Join(o.Notes, "\n"), "incident compensation_stuck raised")
+				}
+			}
+			if s.Name == "five trips, nothing wrong" {
+				require.Len(t, o.Trips, 5)
+			}
+			if s.Name == "same POST twice, one Idempotency-Key" {
+				require.Len(t, o.Trips, 1, "one trip")
+			}
+		})
+	}
+}
+
+func post(t *testing.T, body string, hdr map[string]string) (int, map[string]any, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, sys.URL("trips")+"/trips", strings.NewReader(body))
+	require.NoError(t, err)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return resp.StatusCode, out, resp.Header
+}
+
+const validTrip = `{"traveler":{"name":"Ada Example","email":"ada@example.com"},"hotel":{"property_id":"P-100","check_in":"2026-12-18","nights":2},"car":{"car_class":"compact","pickup":"2026-12-18","return":"2026-12-20"},"payment":{"card_token":"tok_visa_ok","amount_cents":33000,"currency":"USD"}}`
+
+func TestAPI(t *testing.T) {
+	t.Parallel()
+
+	t.Run("BadRequestNamesEveryField", func(t *testing.T) {
+		code, body, h := post(t, `{"traveler":{"name":"","email":"nope"},"hotel":{"property_id":"P","check_in":"2026-13-40","nights":0},"car":{"car_class":"c","pickup":"2026-12-20","return":"2026-12-18"},"payment":{"card_token":"t","amount_cents":-5,"currency":"usd"}}`, nil)
+		require.Equal(t, http.StatusBadRequest, code)
+		require.Equal(t, "application/problem+json", h.Get("Content-Type"))
+		var fields []string
+		for _, e := range body["errors"].([]any) {
+			fields = append(fields, e.(map[string]any)["field"].(string))
+		}
+		require.ElementsMatch(t, []string{"traveler.name", "traveler.email", "hotel.check_in", "hotel.nights", "car.return", "payment.amount_cents", "payment.currency"}, fields)
+	})
+
+	t.Run("MalformedJSONIsA400", func(t *testing.T) {
+		code, body, _ := post(t, `{"traveler":`, nil)
+		require.Equal(t, http.StatusBadRequest, code)
+		require.Contains(t, body["errors"].([]any)[0].(map[string]any)["detail"], "not a JSON trip request")
+		code, body, _ = post(t, `{"traveler":{"name":"A","email":"a@b.c"},"hotel":{"nights":"two"}}`, nil)
+		require.Equal(t, http.StatusBadRequest, code)
+		require.Equal(t, "hotel.nights", body["errors"].([]any)[0].(map[string]any)["field"])
+	})
+
+	t.Run("KeyReusedWithAnotherBodyIs409", func(t *testing.T) {
+		key := map[string]string{"Idempotency-Key": "e2e-reuse", "Prefer": "wait=0"}
+		code, first, _ := post(t, validTrip, key)
+		require.Equal(t, http.StatusAccepted, code)
+		code, _, _ = post(t, strings.Replace(validTrip, "33000", "34000", 1), key)
+		require.Equal(t, http.StatusConflict, code)
+		code, again, _ := post(t, validTrip, key)
+		require.Contains(t, []int{201, 202}, code)
+		require.Equal(t, first["trip_id"], again["trip_id"])
+	})
+
+	t.Run("PreferWaitZeroAnswers202WithLocation", func(t *testing.T) {
+		code, body, h := post(t, validTrip, map[string]string{"Prefer": "wait=0"})
+		require.Equal(t, http.StatusAccepted, code)
+		require.Equal(t, "/trips/"+body["trip_id"].(string), h.Get("Location"))
+		require.Equal(t, "pending", body["status"])
+	})
+
+	t.Run("GetUnknownTripIs404AndListPages", func(t *testing.T) {
+		resp, err := http.Get(sys.URL("trips") + "/trips/T-nope")
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusNotFound, resp.StatusCode)
+		resp, err = http.Get(sys.URL("trips") + "/trips?limit=1")
+		require.NoError(t, err)
+		var page struct {
+			Items []map[string]any `json:"items"`
+			Next  string           `json:"next"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
+		resp.Body.Close()
+		require.Len(t, page.Items, 1)
+		require.NotEmpty(t, page.Next)
+		resp, err = http.Get(sys.URL("trips") + "/trips?status=bogus")
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	})
+}
+
+// TestKillEveryService books trips, SIGKILLs hotel, car and trips while
+// they are in flight, and checks every trip still ends whole.
+func TestKillEveryService(t *testing.T) {
+	t.Parallel()
+	e := env()
+	ctx := context.Background()
+	var ids []string
+	for i := range 8 {
+		body := strings.Replace(validTrip, "ada@example.com", fmt.Sprintf("kill%d@example.com", i), 1)
+		code, out, _ := post(t, body, map[string]string{"Prefer": "wait=0"})
+		require.Equal(t, http.StatusAccepted, code)
+		ids = append(ids, out["trip_id"].(string))
+	}
+	for _, name := range []string{"hotel", "car", "trips"} {
+		require.NoError(t, e.Kill(ctx, name))
+	}
+	for _, id := range ids {
+		var trip map[string]any
+		deadline := time.Now().Add(90 * time.Second)
+		for time.Now().Before(deadline) {
+			resp, err := http.Get(sys.URL("trips") + "/trips/" + id)
+			if err == nil {
+				trip = nil
+				_ = json.NewDecoder(resp.Body).Decode(&trip)
+				resp.Body.Close()
+				if trip["status"] == "confirmed" {
+					break
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		require.Equal(t, "confirmed", trip["status"], "trip %s", id)
+		for res, want := range map[string]string{"/holds/" + id + ":hotel": "held", "/bookings/" + id + ":car": "booked"} {
+			base := e.HotelURL
+			if strings.HasPrefix(res, "/bookings") {
+				base = e.CarsURL
+			}
+			resp, err := http.Get(base + res)
+			require.NoError(t, err)
+			var rec map[string]any
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&rec))
+			resp.Body.Close()
+			require.Equal(t, want, rec["status"], res)
+		}
+	}
+
+}
