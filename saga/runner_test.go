@@ -1,0 +1,268 @@
+package saga_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/provider"
+	"github.com/tripsaga/tripsaga/saga"
+	"github.com/tripsaga/tripsaga/services/hotel"
+	"github.com/tripsaga/tripsaga/sim"
+	tripsql "github.com/tripsaga/tripsaga/sql"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+type bundle struct {
+	pool     *pgxpool.Pool
+	hotelURL string
+	company  *provider.Client
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	url := testenv.Postgres(t)
+	require.NoError(t, tripsql.Migrate(ctx, url, "hotel", tripsql.SetSaga))
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = "hotel"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	sims, err := sim.New(ctx, sim.Config{DatabaseURL: url})
+	require.NoError(t, err)
+	srv := httptest.NewServer(sims.Handler())
+	t.Cleanup(func() { srv.Close(); sims.Close() })
+	return &bundle{pool: pool, hotelURL: srv.URL + "/hotel", company: provider.Hotel(srv.URL + "/hotel")}
+}
+
+var fast = saga.Timing{ //nolint:gochecknoglobals // test timing
+	CallTimeout: 200 * time.Millisecond, StepDeadline: 1500 * time.Millisecond,
+	RetryBackoffMin: 20 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond,
+	UndoBackoffMin: 20 * time.Millisecond, UndoBackoffMax: 100 * time.Millisecond,
+	IncidentAfter: 3, VerifyAfter: 700 * time.Millisecond, PollInterval: 20 * time.Millisecond,
+}
+
+func runner(t *testing.T, b *bundle, timing saga.Timing) *saga.Runner {
+	r, err := saga.New(saga.Config{Pool: b.pool, Spec: hotel.Spec(b.hotelURL), Timing: timing, SoleInstance: true})
+	require.NoError(t, err)
+	return r
+}
+
+func trip(email string) events.TripRequest {
+	return events.TripRequest{
+		Traveler: events.Person{Name: "Ada", Email: email},
+		Hotel:    events.HotelRequest{PropertyID: "P-1", CheckIn: "2026-12-18", Nights: 2},
+		Car:      events.CarRequest{CarClass: "compact", Pickup: "2026-12-18", Return: "2026-12-20"},
+		Payment:  events.PaymentRequest{CardToken: "tok_ok", AmountCents: 100, Currency: "USD"},
+	}
+}
+
+func request(t *testing.T, b *bundle, r *saga.Runner, tripID, email string) bool {
+	ctx := context.Background()
+	tr := trip(email)
+	body, err := hotel.Build(tripID, tr)
+	require.NoError(t, err)
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	ok, err := r.Request(ctx, tx, saga.Request{TripID: tripID, Body: body, Trip: &tr})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	return ok
+}
+
+func undo(t *testing.T, b *bundle, r *saga.Runner, tripID string) {
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, r.RequestUndo(ctx, tx, tripID))
+	require.NoError(t, tx.Commit(ctx))
+}
+
+func step(t *testing.T, b *bundle, tripID string) saga.StepView {
+	steps, err := saga.Steps(context.Background(), b.pool, tripID)
+	require.NoError(t, err)
+	require.Len(t, steps, 1)
+	return steps[0]
+}
+
+// outboxTypes returns the CloudEvents types written to the outbox for trip.
+func outboxTypes(t *testing.T, b *bundle, tripID string) []string {
+	rows, err := b.pool.Query(context.Background(), "SELECT headers->>'ce-type' FROM outbox WHERE headers->>'ce-subject' = $1 ORDER BY id", tripID)
+	require.NoError(t, err)
+	var out []string
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		out = append(out, s)
+	}
+	return out
+}
+
+func companyStatus(t *testing.T, b *bundle, key string) string {
+	res, err := b.company.Status(context.Background(), key)
+	require.NoError(t, err)
+	return res.Status
+}
+
+func recoverPass(t *testing.T, r *saga.Runner) {
+	_, err := r.RecoveryPass(context.Background())
+	require.NoError(t, err)
+}
+
+// runUntil runs the runner until cond holds.
+func runUntil(t *testing.T, r *saga.Runner, cond func() bool, msg string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	testenv.Eventually(t, cond, msg)
+}
+
+func TestRunner(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("DoneWritesStepAndEventTogether", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := runner(t, b, fast)
+		require.True(t, request(t, b, r, "T-ok", "ok@x.io"))
+		require.False(t, request(t, b, r, "T-ok", "ok@x.io"), "a redelivered trigger records nothing new")
+		recoverPass(t, r)
+		s := step(t, b, "T-ok")
+		require.Equal(t, "done", s.Status)
+		require.Equal(t, "T-ok:hotel", s.IdempotencyKey)
+		require.NotEmpty(t, s.CompanyRef)
+		require.Equal(t, 1, s.Attempts)
+		require.Equal(t, []string{events.HotelHeld}, outboxTypes(t, b, "T-ok"))
+		require.Equal(t, "held", companyStatus(t, b, "T-ok:hotel"))
+	})
+
+	t.Run("BusinessRejectionIsFinalAndNeverRetried", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		require.NoError(t, sim.AddFault(ctx, b.hotelURL, sim.Rule{Op: sim.OpHold, Fault: sim.FaultSoldOut}))
+		r := runner(t, b, fast)
+		request(t, b, r, "T-so", "so@x.io")
+		recoverPass(t, r)
+		recoverPass(t, r)
+		s := step(t, b, "T-so")
+		require.Equal(t, "rejected", s.Status)
+		require.Equal(t, "sold out", s.Reason)
+		require.Equal(t, 1, s.Attempts)
+		require.Equal(t, []string{events.HotelRejected}, outboxTypes(t, b, "T-so"))
+	})
+
+	t.Run("LostAnswerIsLearnedByTheSameKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		require.NoError(t, sim.AddFault(ctx, b.hotelURL, sim.Rule{Op: sim.OpHold, Fault: sim.FaultLoseAnswer, Times: 1}))
+		r := runner(t, b, fast)
+		request(t, b, r, "T-lost", "lost@x.io")
+		runUntil(t, r, func() bool { return step(t, b, "T-lost").Status == "done" }, "done after asking again")
+		s := step(t, b, "T-lost")
+		require.GreaterOrEqual(t, s.Attempts, 1)
+		require.Equal(t, []string{events.HotelHeld}, outboxTypes(t, b, "T-lost"))
+		holds, err := b.company.List(ctx, "")
+		require.NoError(t, err)
+		require.Len(t, holds, 1, "one hold, whatever the retries")
+	})
+
+	t.Run("UnknownUntilTheDeadlineIsUndoneByKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		require.NoError(t, sim.AddFault(ctx, b.hotelURL, sim.Rule{Op: sim.OpHold, Fault: sim.FaultHang, DelayMS: 60000}))
+		r := runner(t, b, fast)
+		request(t, b, r, "T-hang", "hang@x.io")
+		runUntil(t, r, func() bool { return step(t, b, "T-hang").Status == "failed" }, "failed at the deadline")
+		s := step(t, b, "T-hang")
+		require.Equal(t, "deadline", s.UndoCause)
+		require.Greater(t, s.Attempts, 1, "asked again before giving up")
+		require.Equal(t, []string{events.HotelFailed}, outboxTypes(t, b, "T-hang"))
+		require.Equal(t, "none", companyStatus(t, b, "T-hang:hotel"))
+	})
+
+	t.Run("LateCommitAfterUndoIsFoundAndUndone", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// Every hold commits 1 s after the call, long after the caller gave up.
+		require.NoError(t, sim.AddFault(ctx, b.hotelURL, sim.Rule{Op: sim.OpHold, Fault: sim.FaultCommitLate, DelayMS: 1000}))
+		timing := fast
+		timing.StepDeadline = 400 * time.Millisecond
+		timing.VerifyAfter = 1500 * time.Millisecond
+		r := runner(t, b, timing)
+		request(t, b, r, "T-late", "late@x.io")
+		runUntil(t, r, func() bool {
+			s := step(t, b, "T-late")
+			return s.Status == "failed" && companyStatus(t, b, "T-late:hotel") == "released"
+		}, "the late hold is released")
+		s := step(t, b, "T-late")
+		require.Contains(t, s.Outcome, "undo: 200 released")
+	})
+
+	t.Run("CompensationRetriesRaiseAnIncidentAndGoOn", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		require.NoError(t, sim.AddFault(ctx, b.hotelURL, sim.Rule{Op: sim.OpRelease, Fault: sim.FaultFail, Times: 5}))
+		r := runner(t, b, fast)
+		request(t, b, r, "T-comp", "comp@x.io")
+		recoverPass(t, r)
+		undo(t, b, r, "T-comp")
+		require.Equal(t, "compensating", step(t, b, "T-comp").Status)
+		runUntil(t, r, func() bool { return step(t, b, "T-comp").Status == "compensated" }, "compensated in the end")
+		s := step(t, b, "T-comp")
+		require.Equal(t, 6, s.UndoAttempts)
+		require.Equal(t, []string{events.HotelHeld, events.HotelReleased}, outboxTypes(t, b, "T-comp"))
+		require.Equal(t, "released", companyStatus(t, b, "T-comp:hotel"))
+		inc, err := saga.Incidents(ctx, b.pool)
+		require.NoError(t, err)
+		require.Len(t, inc, 1)
+		require.Equal(t, saga.IncidentCompensationStuck, inc[0].Kind)
+		require.NotNil(t, inc[0].ResolvedAt, "resolved once the undo worked")
+	})
+
+	t.Run("UndoBeforeItsStepVoidsIt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := runner(t, b, fast)
+		undo(t, b, r, "T-void")
+		require.False(t, request(t, b, r, "T-void", "void@x.io"), "the late trigger records nothing")
+		recoverPass(t, r)
+		require.Equal(t, "voided", step(t, b, "T-void").Status)
+		require.Equal(t, "none", companyStatus(t, b, "T-void:hotel"), "the company is never called")
+		require.Empty(t, outboxTypes(t, b, "T-void"))
+	})
+
+	t.Run("RecoveryPassFinishesAStepLeftStartedByACrash", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		crashed := runner(t, b, fast)
+		request(t, b, crashed, "T-crash", "crash@x.io")
+		// The crashed process wrote "started" and its call reached the
+		// company, which committed; then it died before writing the answer.
+		_, err := b.pool.Exec(ctx, "UPDATE steps SET status = 'started', attempts = 1, next_attempt_at = now() + interval '1 hour', updated_at = now() - interval '1 second' WHERE trip_id = 'T-crash'")
+		require.NoError(t, err)
+		body, _ := hotel.Build("T-crash", trip("crash@x.io"))
+		_, err = b.company.Create(ctx, "T-crash:hotel", body)
+		require.NoError(t, err)
+		restarted := runner(t, b, fast)
+		n, err := restarted.RecoveryPass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		s := step(t, b, "T-crash")
+		require.Equal(t, "done", s.Status)
+		require.Equal(t, 2, s.Attempts, "asked again by the same key")
+		holds, err := b.company.List(ctx, "")
+		require.NoError(t, err)
+		require.Len(t, holds, 1, "held once")
+	})
+}
