@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strconv"
 	"sync/atomic"
@@ -173,6 +174,8 @@ func (p *Process) Serve(ctx context.Context) error {
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	p.Mux.Handle("GET /metrics", promhttp.HandlerFor(p.Registry, promhttp.HandlerOpts{}))
+	p.Mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	p.Mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	ln, err := net.Listen("tcp", p.Env.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("HTTP_ADDR %s: %w", p.Env.HTTPAddr, err)
