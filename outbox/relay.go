@@ -25,6 +25,7 @@ const (
 	RelayMaxAttemptsDefault  = 50
 	RelayBackoffMaxDefault   = 20 * time.Second
 	RelayAckTimeoutDefault   = 10 * time.Second
+	RelayRetentionDefault    = 24 * time.Hour
 )
 
 // ErrInvalidConfig is wrapped by constructors given a bad Config.
@@ -51,6 +52,10 @@ type RelayConfig struct {
 	BackoffMax time.Duration
 	// AckTimeout bounds the wait for a batch's PubAcks. Defaults to 10 s.
 	AckTimeout time.Duration
+	// Retention is how long published rows are kept (for inspection)
+	// before the relay deletes them, hourly. Defaults to 24 h. Events stay
+	// in the streams for events.MaxAge.
+	Retention time.Duration
 	// Logger defaults to a discard logger.
 	Logger *slog.Logger
 	// Registerer, when set, receives the relay's Prometheus metrics.
@@ -76,6 +81,9 @@ func (c *RelayConfig) setDefaults() {
 	}
 	if c.AckTimeout == 0 {
 		c.AckTimeout = RelayAckTimeoutDefault
+	}
+	if c.Retention == 0 {
+		c.Retention = RelayRetentionDefault
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -154,6 +162,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	go r.listen(ctx)
 	t := time.NewTicker(r.cfg.PollInterval)
 	defer t.Stop()
+	clean := time.NewTicker(time.Hour)
+	defer clean.Stop()
 	for {
 		for {
 			n, err := r.PublishBatch(ctx)
@@ -173,6 +183,13 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		case <-r.wake:
+		case <-clean.C:
+			n, err := queries.OutboxDeletePublishedBefore(ctx, r.cfg.Pool, time.Now().Add(-r.cfg.Retention))
+			if err != nil {
+				r.cfg.Logger.Warn("outbox cleanup failed", "err", err)
+			} else if n > 0 {
+				r.cfg.Logger.Info("outbox cleanup", "deleted", n)
+			}
 		}
 	}
 }
