@@ -86,6 +86,9 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		isTrigger[t] = true
 	}
 	handler := func(ctx context.Context, tx pgx.Tx, e event.Event) error {
+		if err := events.ValidateTripID(e.Subject()); err != nil {
+			return fmt.Errorf("%w: subject: %w", outbox.ErrPermanent, err)
+		}
 		if isTrigger[e.Type()] {
 			return s.onTrigger(ctx, tx, e)
 		}

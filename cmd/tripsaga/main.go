@@ -22,7 +22,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCmd(), upCmd(), demoCmd())
+	root.AddCommand(serveCmd(), upCmd(), demoCmd(), replayCmd(), benchCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "tripsaga:", err)
 		os.Exit(1)
