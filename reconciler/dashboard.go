@@ -1,0 +1,158 @@
+package reconciler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"time"
+
+	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
+)
+
+// Register mounts the dashboard on mux:
+//
+//	GET /                 HTML: trips by status, open findings, newest 50 trips
+//	GET /findings         JSON {"items":[Finding...]}: open findings; ?all=1 adds resolved ones
+//	GET /view/{trip_id}   JSON: the trip's [TripView] plus "findings"; 404 if unknown
+func (r *Reconciler) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /{$}", r.serveDashboard)
+	mux.HandleFunc("GET /findings", r.serveFindings)
+	mux.HandleFunc("GET /view/{trip_id}", r.serveView)
+}
+
+// Dashboard is the data of the HTML page.
+type Dashboard struct {
+	Now       time.Time
+	Total     int
+	ByStatus  []StatusCount
+	Findings  []Finding
+	Trips     []TripView
+	LastSweep *SweepResult
+}
+
+// StatusCount is the number of trips in one status.
+type StatusCount struct {
+	Status string
+	Trips  int
+}
+
+// dashboardTrips is how many trips the page lists, newest first.
+const dashboardTrips = 50
+
+// Dashboard gathers the page's data.
+func (r *Reconciler) Dashboard(ctx context.Context) (Dashboard, error) {
+	d := Dashboard{Now: time.Now().UTC(), LastSweep: r.LastSweep()}
+	counts, err := queries.TripViewCountByStatus(ctx, r.cfg.Pool)
+	if err != nil {
+		return d, fmt.Errorf("dashboard: counts: %w", err)
+	}
+	got := map[string]int{}
+	for _, c := range counts {
+		got[c.Status] = int(c.Trips)
+		d.Total += int(c.Trips)
+	}
+	for _, s := range statuses {
+		d.ByStatus = append(d.ByStatus, StatusCount{s, got[s]})
+	}
+	if d.Findings, err = r.Findings(ctx, false); err != nil {
+		return d, err
+	}
+	rows, err := queries.TripViewListNewest(ctx, r.cfg.Pool, dashboardTrips)
+	if err != nil {
+		return d, fmt.Errorf("dashboard: trips: %w", err)
+	}
+	for _, row := range rows {
+		d.Trips = append(d.Trips, tripViewFromRow(row))
+	}
+	return d, nil
+}
+
+func (r *Reconciler) serveDashboard(w http.ResponseWriter, req *http.Request) {
+	d, err := r.Dashboard(req.Context())
+	if err != nil {
+		r.log.Error("reconciler: dashboard", "err", err)
+		http.Error(w, "dashboard unavailable", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := page.Execute(w, d); err != nil {
+		r.log.Warn("reconciler: dashboard render", "err", err)
+	}
+}
+
+func (r *Reconciler) serveFindings(w http.ResponseWriter, req *http.Request) {
+	all := req.URL.Query().Get("all")
+	fs, err := r.Findings(req.Context(), all == "1" || all == "true")
+	if err != nil {
+		r.log.Error("reconciler: findings", "err", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "findings unavailable"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": fs})
+}
+
+func (r *Reconciler) serveView(w http.ResponseWriter, req *http.Request) {
+	trip := req.PathValue("trip_id")
+	v, err := r.View(req.Context(), trip)
+	if errors.Is(err, ErrTripNotFound) {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "trip not found", "trip_id": trip})
+		return
+	}
+	var rows []dbsqlc.Finding
+	if err == nil {
+		rows, err = queries.FindingListByTrip(req.Context(), r.cfg.Pool, trip)
+	}
+	if err != nil {
+		r.log.Error("reconciler: view", "trip_id", trip, "err", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "view unavailable"})
+		return
+	}
+	fs := make([]Finding, 0, len(rows))
+	for _, row := range rows {
+		fs = append(fs, findingFromRow(row))
+	}
+	writeJSON(w, http.StatusOK, struct {
+		TripView
+		Findings []Finding `json:"findings"`
+	}{v, fs})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+var page = template.Must(template.New("dashboard").Funcs(template.FuncMap{ //nolint:gochecknoglobals // parsed once, read-only
+	"ago": func(now, t time.Time) string { return now.Sub(t).Round(time.Second).String() },
+}).Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>tripsaga reconciler</title>
+<meta http-equiv="refresh" content="10">
+<style>
+body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}
+table{border-collapse:collapse;margin-bottom:1.5rem}
+th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;vertical-align:top;font-size:.9rem}
+th{background:#f3f3f3}
+.pending{color:#946200}.canceling{color:#b34700}.confirmed{color:#1a7f37}.canceled{color:#555}
+.half,.orphan{color:#b00020;font-weight:bold}.stuck{color:#b34700;font-weight:bold}
+code{font-size:.8rem}
+</style></head><body>
+<h1>tripsaga reconciler</h1>
+<p>{{.Total}} trips. {{with .LastSweep}}Last sweep {{ago $.Now .At}} ago{{if .Skipped}} (skipped: replay running){{end}}{{with .Err}}: <b>failed</b>: {{.}}{{end}}; {{.Records}} company records, {{.Trips}} trips.{{else}}No sweep yet.{{end}}</p>
+<h2>Trips by status</h2>
+<table><tr>{{range .ByStatus}}<th class="{{.Status}}">{{.Status}}</th>{{end}}</tr>
+<tr>{{range .ByStatus}}<td>{{.Trips}}</td>{{end}}</tr></table>
+<h2>Open findings ({{len .Findings}})</h2>
+{{if .Findings}}<table><tr><th>trip</th><th>kind</th><th>detail</th><th>first seen</th><th>last seen</th></tr>
+{{range .Findings}}<tr><td><a href="/view/{{.TripID}}">{{.TripID}}</a></td><td class="{{.Kind}}">{{.Kind}}</td><td>{{.Detail}}</td><td>{{ago $.Now .FirstSeen}} ago</td><td>{{ago $.Now .LastSeen}} ago</td></tr>
+{{end}}</table>{{else}}<p>None.</p>{{end}}
+<h2>Newest trips</h2>
+<table><tr><th>trip</th><th>status</th><th>events seen</th><th>first event</th><th>last event</th></tr>
+{{range .Trips}}<tr><td><a href="/view/{{.TripID}}">{{.TripID}}</a></td><td class="{{.Status}}">{{.Status}}{{if .Mailed}} ✉{{end}}</td><td>{{range $i, $k := .Seen}}{{if $i}}, {{end}}<code>{{$k}}</code>{{end}}</td><td>{{.FirstEventAt.Format "2006-01-02 15:04:05"}}</td><td>{{ago $.Now .LastEventAt}} ago</td></tr>
+{{end}}</table>
+<p><a href="/findings">/findings</a> · <a href="/findings?all=1">all findings</a> · <a href="/metrics">/metrics</a></p>
+</body></html>
+`))

@@ -1,0 +1,119 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
+	"github.com/tripsaga/tripsaga/services/trips"
+)
+
+// ProjectionName is the name of the reconciler's projection in
+// [events.Default]: its durable consumers and its inbox rows use it.
+const ProjectionName = "reconciler"
+
+var queries = dbsqlc.New() //nolint:gochecknoglobals // stateless query set
+
+// projectionTypes returns the event types the reconciler consumes.
+func projectionTypes() []string {
+	for _, p := range events.Default.Projections {
+		if p.Name == ProjectionName {
+			return p.Consumes
+		}
+	}
+	return nil
+}
+
+// Status derives a trip's status from the event kinds seen, in any order.
+// A trip.confirmed or trip.canceled event settles the trip (settled is
+// "confirmed" or "canceled", confirmed winning if both were ever seen);
+// until then the status is [trips.Project] of the step events, the rule the
+// trips service itself follows, and settled is "".
+func Status(seen []string) (status, settled string) {
+	switch {
+	case slices.Contains(seen, "trip.confirmed"):
+		return trips.StatusConfirmed, trips.StatusConfirmed
+	case slices.Contains(seen, "trip.canceled"):
+		return trips.StatusCanceled, trips.StatusCanceled
+	}
+	return trips.Project(seen), ""
+}
+
+// apply adds one event to trip_view inside tx. It is correct in any
+// arrival order (seen is a set, times are min/max) but not idempotent by
+// itself: the caller's inbox row makes each event count once.
+//
+// Errors wrapping [events.ErrInvalidEvent] mean the event can never be
+// applied (no usable trip id or type).
+func apply(ctx context.Context, tx pgx.Tx, e event.Event) error {
+	if err := applicable(e); err != nil {
+		return err
+	}
+	kind, trip := events.Kind(e.Type()), e.Subject()
+	at := e.Time().UTC()
+	if e.Time().IsZero() {
+		// CloudEvents time is optional; our producers always set it. A
+		// replay of such an event gets another time.
+		at = time.Now().UTC()
+	}
+	status, settled := Status([]string{kind})
+	row, err := queries.TripViewApply(ctx, tx, dbsqlc.TripViewApplyParams{
+		TripID: trip, Kind: kind, NewStatus: status, NewSettled: nonEmpty(settled), At: at,
+	})
+	if err != nil {
+		return fmt.Errorf("trip_view %s: %w", trip, err)
+	}
+	status, settled = Status(row.Seen)
+	if status == row.Status && settled == deref(row.Settled) {
+		return nil
+	}
+	if err := queries.TripViewSetStatus(ctx, tx, dbsqlc.TripViewSetStatusParams{
+		TripID: trip, Status: status, Settled: nonEmpty(settled),
+	}); err != nil {
+		return fmt.Errorf("trip_view %s status: %w", trip, err)
+	}
+	return nil
+}
+
+// applicable returns an error wrapping [events.ErrUnknownType] or
+// [events.ErrInvalidEvent] if e has no kind or no usable trip id (its
+// CloudEvents subject).
+func applicable(e event.Event) error {
+	if events.Kind(e.Type()) == "" {
+		return fmt.Errorf("%w: %q", events.ErrUnknownType, e.Type())
+	}
+	if err := events.ValidateTripID(e.Subject()); err != nil {
+		return fmt.Errorf("event %s: %w", e.ID(), err)
+	}
+	return nil
+}
+
+// handle is the live projection's [outbox.HandlerFunc]. It holds the
+// projection lock in shared mode so that a replay's clearing transaction
+// never interleaves with it (see [Replay]).
+func handle(ctx context.Context, tx pgx.Tx, e event.Event) error {
+	if err := queries.ProjectionLockShared(ctx, tx); err != nil {
+		return fmt.Errorf("projection lock: %w", err)
+	}
+	return apply(ctx, tx, e)
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

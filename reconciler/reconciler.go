@@ -1,0 +1,314 @@
+// Package reconciler joins every service's event stream and the companies'
+// own records to find half-finished trips.
+//
+// It has three parts:
+//
+//   - a projection, trip_view: one row per trip built from every event of
+//     the saga (TRIPS, HOTEL, PAYMENT, CAR streams), through durable inbox
+//     consumers named "reconciler", in any order and exactly once;
+//   - a sweep, every [Config.Interval]: it pages through the hotel's holds,
+//     the card processor's charges and the car firm's bookings, joins them
+//     with trip_view by trip id and records findings (half, orphan, stuck)
+//     that resolve themselves once no longer true;
+//   - a dashboard on the process's HTTP mux (GET /, /findings,
+//     /view/{trip_id}) and Prometheus gauges.
+//
+// [Replay] rebuilds trip_view from the streams.
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/provider"
+	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
+	tripsql "github.com/tripsaga/tripsaga/sql"
+)
+
+// Defaults of [Config].
+const (
+	IntervalDefault    = 10 * time.Second
+	StuckAfterDefault  = 120 * time.Second
+	OrphanGraceDefault = 30 * time.Second
+)
+
+// Schema is the PostgreSQL schema of the reconciler process. It holds the
+// saga migration set (for the inbox table) and the reconciler set.
+const Schema = "reconciler"
+
+// Config configures a [Reconciler].
+type Config struct {
+	// Pool reaches the reconciler's schema (search_path), migrated with
+	// the saga and reconciler sets. Required.
+	Pool *pgxpool.Pool
+	// JetStream carries the events. Required.
+	JetStream jetstream.JetStream
+	// Hotel, Payments and Cars list the companies' records
+	// ([provider.Hotel] and so on). Required.
+	Hotel, Payments, Cars *provider.Client
+	// Interval between sweeps. Defaults to 10 s (RECONCILE_INTERVAL_MS for
+	// the process).
+	Interval time.Duration
+	// StuckAfter: a trip not settled by a trip.confirmed or trip.canceled
+	// event whose newest event is older than this is stuck. Defaults to
+	// 120 s (STUCK_AFTER_MS for the process).
+	StuckAfter time.Duration
+	// OrphanGrace: an active company record created less than this long
+	// ago (by its created_at, when the company gives one) is not yet an
+	// orphan, since its trip.requested may still be on the way to us.
+	// Defaults to 30 s.
+	OrphanGrace time.Duration
+	// Registerer receives the gauges and inbox counters. Optional.
+	Registerer prometheus.Registerer
+	// Logger defaults to a discard logger.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Interval == 0 {
+		c.Interval = IntervalDefault
+	}
+	if c.StuckAfter == 0 {
+		c.StuckAfter = StuckAfterDefault
+	}
+	if c.OrphanGrace == 0 {
+		c.OrphanGrace = OrphanGraceDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Pool == nil || c.JetStream == nil:
+		return fmt.Errorf("%w: Pool and JetStream are required", ErrInvalidConfig)
+	case c.Hotel == nil || c.Payments == nil || c.Cars == nil:
+		return fmt.Errorf("%w: Hotel, Payments and Cars are required", ErrInvalidConfig)
+	case c.Interval < 0 || c.StuckAfter < 0 || c.OrphanGrace < 0:
+		return fmt.Errorf("%w: Interval, StuckAfter and OrphanGrace must not be negative", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Reconciler is the projection, the sweep and the dashboard. Create it with
+// [New] and run it with [Reconciler.Run].
+type Reconciler struct {
+	cfg     Config
+	log     *slog.Logger
+	inboxes []*outbox.Inbox
+	metrics *metrics
+	sweepMu sync.Mutex
+	last    atomic.Pointer[SweepResult]
+}
+
+// New validates cfg (errors wrap [ErrInvalidConfig]), registers the
+// metrics and builds one inbox consumer per stream the projection reads.
+func New(cfg Config) (*Reconciler, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r := &Reconciler{cfg: cfg, log: cfg.Logger}
+	var err error
+	if r.metrics, err = newMetrics(cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("reconciler: metrics: %w", err)
+	}
+	inboxMetrics, err := outbox.NewInboxMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("reconciler: inbox metrics: %w", err)
+	}
+	types := projectionTypes()
+	for stream, filters := range events.Default.Streams(types) {
+		in, err := outbox.NewInbox(outbox.InboxConfig{
+			Name: ProjectionName, Stream: stream, FilterSubjects: filters, Types: types,
+			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: handle,
+			Logger: cfg.Logger, Metrics: inboxMetrics,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("reconciler: inbox %s: %w", stream, err)
+		}
+		r.inboxes = append(r.inboxes, in)
+	}
+	return r, nil
+}
+
+// Run consumes the streams into trip_view and sweeps every Interval (the
+// first sweep right away) until ctx ends. ready, if set, is called once the
+// consumers are starting. A failed sweep is logged and counted, not fatal.
+func (r *Reconciler) Run(ctx context.Context, ready func()) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for _, in := range r.inboxes {
+		g.Go(func() error { return in.Run(ctx) })
+	}
+	if ready != nil {
+		ready()
+	}
+	g.Go(func() error {
+		t := time.NewTicker(r.cfg.Interval)
+		defer t.Stop()
+		for {
+			if _, err := r.Sweep(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("reconciler: sweep failed", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
+	})
+	err := g.Wait()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// TripView is one row of the projection.
+type TripView struct {
+	TripID string `json:"trip_id"`
+	// Seen is the sorted set of event kinds seen ("hotel.held").
+	Seen []string `json:"seen"`
+	// Status is pending, confirmed, canceling or canceled (see [Status]).
+	Status string `json:"status"`
+	// Settled is "confirmed" or "canceled" once a trip.confirmed or
+	// trip.canceled event was seen, else "".
+	Settled string `json:"settled,omitempty"`
+	// Requested: trip.requested was seen. Mailed: mail.sent was seen.
+	Requested bool `json:"requested"`
+	Mailed    bool `json:"mailed"`
+	// Events is the number of distinct events applied.
+	Events int `json:"events"`
+	// FirstEventAt and LastEventAt are the events' own times (UTC).
+	FirstEventAt time.Time `json:"first_event_at"`
+	LastEventAt  time.Time `json:"last_event_at"`
+}
+
+func tripViewFromRow(r dbsqlc.TripView) TripView {
+	return TripView{
+		TripID: r.TripID, Seen: r.Seen, Status: r.Status, Settled: deref(r.Settled),
+		Requested: r.Requested, Mailed: r.Mailed, Events: int(r.Events),
+		FirstEventAt: r.FirstEventAt.UTC(), LastEventAt: r.LastEventAt.UTC(),
+	}
+}
+
+// Finding is something the sweep found wrong with a trip.
+type Finding struct {
+	ID     int64  `json:"id"`
+	TripID string `json:"trip_id"`
+	// Kind is [FindingHalf], [FindingOrphan] or [FindingStuck].
+	Kind       string     `json:"kind"`
+	Detail     string     `json:"detail"`
+	FirstSeen  time.Time  `json:"first_seen"`
+	LastSeen   time.Time  `json:"last_seen"`
+	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
+}
+
+func findingFromRow(r dbsqlc.Finding) Finding {
+	f := Finding{ID: r.ID, TripID: r.TripID, Kind: r.Kind, Detail: r.Detail, FirstSeen: r.FirstSeen.UTC(), LastSeen: r.LastSeen.UTC()}
+	if r.ResolvedAt != nil {
+		t := r.ResolvedAt.UTC()
+		f.ResolvedAt = &t
+	}
+	return f
+}
+
+// View returns the projection of one trip, or [ErrTripNotFound].
+func (r *Reconciler) View(ctx context.Context, tripID string) (TripView, error) {
+	row, err := queries.TripViewGet(ctx, r.cfg.Pool, tripID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return TripView{}, fmt.Errorf("%w: %q", ErrTripNotFound, tripID)
+	}
+	if err != nil {
+		return TripView{}, fmt.Errorf("trip_view %s: %w", tripID, err)
+	}
+	return tripViewFromRow(row), nil
+}
+
+// Findings returns the open findings, oldest first; with all, the newest
+// 1000 findings, resolved ones too.
+func (r *Reconciler) Findings(ctx context.Context, all bool) ([]Finding, error) {
+	var rows []dbsqlc.Finding
+	var err error
+	if all {
+		rows, err = queries.FindingList(ctx, r.cfg.Pool, 1000)
+	} else {
+		rows, err = queries.FindingListOpen(ctx, r.cfg.Pool)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("findings: %w", err)
+	}
+	out := make([]Finding, 0, len(rows))
+	for _, row := range rows {
+		out = append(out, findingFromRow(row))
+	}
+	return out, nil
+}
+
+// Run runs the reconciler process (tripsaga serve reconciler): schema
+// "reconciler", the projection, the sweep and the dashboard, configured by
+// NATS_URL, DATABASE_URL, HTTP_ADDR, HOTEL_URL, PAYMENTS_URL, CARS_URL,
+// RECONCILE_INTERVAL_MS (default 10000) and STUCK_AFTER_MS (default
+// 120000).
+func Run(ctx context.Context, env app.Env) error {
+	if err := env.Require("NATS_URL", "DATABASE_URL", "HTTP_ADDR", "HOTEL_URL", "PAYMENTS_URL", "CARS_URL"); err != nil {
+		return fmt.Errorf("reconciler: %w", err)
+	}
+	interval, err := envMillis("RECONCILE_INTERVAL_MS")
+	if err != nil {
+		return err
+	}
+	stuck, err := envMillis("STUCK_AFTER_MS")
+	if err != nil {
+		return err
+	}
+	p, err := app.Open(ctx, "reconciler", Schema, env, true, tripsql.SetSaga, tripsql.SetReconciler)
+	if err != nil {
+		return fmt.Errorf("reconciler: %w", err)
+	}
+	defer p.Close()
+	r, err := New(Config{
+		Pool: p.Pool, JetStream: p.JS,
+		Hotel: provider.Hotel(env.HotelURL), Payments: provider.Payments(env.PaymentsURL), Cars: provider.Cars(env.CarsURL),
+		Interval: interval, StuckAfter: stuck, Registerer: p.Registry, Logger: p.Log,
+	})
+	if err != nil {
+		return err
+	}
+	r.Register(p.Mux)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return p.Serve(ctx) })
+	g.Go(func() error { return r.Run(ctx, p.SetReady) })
+	return g.Wait()
+}
+
+// envMillis reads a duration in ms from the environment; empty is 0 (the
+// default).
+func envMillis(name string) (time.Duration, error) {
+	s := os.Getenv(name)
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("reconciler: %s=%q: want a number of ms", name, s)
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}

@@ -1,0 +1,301 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tripsaga/tripsaga/provider"
+	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
+	"github.com/tripsaga/tripsaga/services/trips"
+)
+
+// Finding kinds.
+const (
+	// FindingHalf: the trip is settled (trip.confirmed or trip.canceled
+	// seen) but the companies' records disagree. Confirmed needs exactly
+	// one hold held, one charge charged and one booking booked; canceled
+	// needs none of them (a refunded charge is fine).
+	FindingHalf = "half"
+	// FindingOrphan: a company record is in force (held, charged, booked)
+	// for a trip whose trip.requested the projection never saw.
+	FindingOrphan = "orphan"
+	// FindingStuck: the trip is not settled and its newest event is older
+	// than [Config.StuckAfter]. This covers pending and canceling trips,
+	// and a trip whose steps are all done or undone but whose trip.*
+	// settling event never came.
+	FindingStuck = "stuck"
+)
+
+// FindingKinds lists every finding kind.
+var FindingKinds = []string{FindingHalf, FindingOrphan, FindingStuck} //nolint:gochecknoglobals // read-only
+
+var statuses = []string{trips.StatusPending, trips.StatusConfirmed, trips.StatusCanceling, trips.StatusCanceled} //nolint:gochecknoglobals // read-only
+
+type metrics struct {
+	findings *prometheus.GaugeVec
+	trips    *prometheus.GaugeVec
+	sweeps   *prometheus.CounterVec
+	lastOK   prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		findings: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tripsaga_reconciler_findings",
+			Help: "Open reconciler findings, by kind (half, orphan, stuck), as of the last sweep.",
+		}, []string{"kind"}),
+		trips: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tripsaga_reconciler_trips",
+			Help: "Trips in the reconciler's projection, by status, as of the last sweep.",
+		}, []string{"status"}),
+		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tripsaga_reconciler_sweeps_total",
+			Help: "Reconciler sweeps, by outcome (ok, failed, skipped: a replay was running).",
+		}, []string{"outcome"}),
+		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tripsaga_reconciler_last_sweep_timestamp_seconds",
+			Help: "Unix time of the last sweep that completed.",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.findings, m.trips, m.sweeps, m.lastOK} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// SweepResult is what one sweep did.
+type SweepResult struct {
+	// At is when the sweep started; Duration how long it took.
+	At       time.Time     `json:"at"`
+	Duration time.Duration `json:"duration_ns"`
+	// Skipped: a replay held the view, so nothing was judged.
+	Skipped bool `json:"skipped"`
+	// Records is the number of company records read; Trips the number of
+	// trips in the projection.
+	Records int `json:"records"`
+	Trips   int `json:"trips"`
+	// Open counts the findings that hold now, by kind; Resolved the
+	// findings this sweep closed.
+	Open     map[string]int `json:"open"`
+	Resolved int            `json:"resolved"`
+	// Err is the error of a failed sweep.
+	Err string `json:"error,omitempty"`
+}
+
+// LastSweep returns the result of the last sweep, or nil before the first.
+func (r *Reconciler) LastSweep() *SweepResult { return r.last.Load() }
+
+// companyRecords are one trip's records at the three companies, by status.
+type companyRecords struct {
+	holds, charges, bookings map[string]int
+	active                   []string // "hotel hold T-1:hotel held", for orphans
+}
+
+// Sweep reads the companies' records, compares them with trip_view and
+// records the findings that hold now, resolving the others. Sweeps of one
+// Reconciler run one at a time. If a company cannot be listed the sweep
+// fails and leaves every finding as it was (a partial list would resolve
+// findings that still hold). While a [Replay] runs the sweep is skipped.
+func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
+	r.sweepMu.Lock()
+	defer r.sweepMu.Unlock()
+	res = SweepResult{At: time.Now().UTC(), Open: map[string]int{}}
+	defer func() {
+		res.Duration = time.Since(res.At)
+		switch {
+		case err != nil:
+			res.Err = err.Error()
+			r.metrics.sweeps.WithLabelValues("failed").Inc()
+		case res.Skipped:
+			r.metrics.sweeps.WithLabelValues("skipped").Inc()
+		default:
+			r.metrics.sweeps.WithLabelValues("ok").Inc()
+			r.metrics.lastOK.Set(float64(time.Now().Unix()))
+		}
+		if ctx.Err() == nil {
+			r.last.Store(&res)
+		}
+	}()
+
+	tx, err := r.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("sweep: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	locked, err := queries.SweepTryLockShared(ctx, tx)
+	if err != nil {
+		return res, fmt.Errorf("sweep: lock: %w", err)
+	}
+	if !locked {
+		res.Skipped = true
+		r.log.Info("reconciler: sweep skipped, a replay is rebuilding the view")
+		return res, nil
+	}
+	// The view is read before the companies: a trip settled in it had its
+	// records made (confirmed) or undone (canceled) before we list them.
+	view, err := queries.TripViewListAll(ctx, tx)
+	if err != nil {
+		return res, fmt.Errorf("sweep: trip_view: %w", err)
+	}
+	res.Trips = len(view)
+	recs, n, err := r.listCompanies(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Records = n
+	now := time.Now()
+
+	type found struct{ trip, kind, detail string }
+	var fs []found
+	for _, v := range view {
+		c := recs[v.TripID]
+		switch deref(v.Settled) {
+		case trips.StatusConfirmed:
+			if c == nil || c.holds["held"] != 1 || c.charges["charged"] != 1 || c.bookings["booked"] != 1 {
+				fs = append(fs, found{v.TripID, FindingHalf, "confirmed by events, but the companies have " + c.describe()})
+			}
+		case trips.StatusCanceled:
+			if c != nil && (c.holds["held"] > 0 || c.charges["charged"] > 0 || c.bookings["booked"] > 0) {
+				fs = append(fs, found{v.TripID, FindingHalf, "canceled by events, but the companies have " + c.describe()})
+			}
+		default:
+			if age := now.Sub(v.LastEventAt); age > r.cfg.StuckAfter {
+				fs = append(fs, found{v.TripID, FindingStuck, fmt.Sprintf("%s for %s since its last event; seen: %s",
+					v.Status, age.Round(time.Second), strings.Join(v.Seen, ", "))})
+			}
+		}
+	}
+	// Orphans: the view is read again now, after the lists, so a trip
+	// requested while we listed is not taken for one.
+	var candidates []string
+	for trip, c := range recs {
+		if len(c.active) > 0 {
+			candidates = append(candidates, trip)
+		}
+	}
+	requested, err := queries.TripViewListRequested(ctx, tx, candidates)
+	if err != nil {
+		return res, fmt.Errorf("sweep: requested trips: %w", err)
+	}
+	for _, trip := range candidates {
+		if !slices.Contains(requested, trip) {
+			fs = append(fs, found{trip, FindingOrphan, "no trip.requested seen, but in force: " + strings.Join(recs[trip].active, "; ")})
+		}
+	}
+
+	p := dbsqlc.FindingUpsertManyParams{Now: now}
+	for _, f := range fs {
+		p.TripIds = append(p.TripIds, f.trip)
+		p.Kinds = append(p.Kinds, f.kind)
+		p.Details = append(p.Details, f.detail)
+		res.Open[f.kind]++
+	}
+	if err := queries.FindingUpsertMany(ctx, tx, p); err != nil {
+		return res, fmt.Errorf("sweep: record findings: %w", err)
+	}
+	resolved, err := queries.FindingResolveOthers(ctx, tx, dbsqlc.FindingResolveOthersParams{Now: now, TripIds: p.TripIds, Kinds: p.Kinds})
+	if err != nil {
+		return res, fmt.Errorf("sweep: resolve findings: %w", err)
+	}
+	res.Resolved = int(resolved)
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("sweep: commit: %w", err)
+	}
+	for _, k := range FindingKinds {
+		r.metrics.findings.WithLabelValues(k).Set(float64(res.Open[k]))
+	}
+	byStatus := map[string]int{}
+	for _, v := range view {
+		byStatus[v.Status]++
+	}
+	for _, s := range statuses {
+		r.metrics.trips.WithLabelValues(s).Set(float64(byStatus[s]))
+	}
+	if len(fs) > 0 || resolved > 0 {
+		r.log.Info("reconciler: sweep", "trips", res.Trips, "records", res.Records, "half", res.Open[FindingHalf],
+			"orphan", res.Open[FindingOrphan], "stuck", res.Open[FindingStuck], "resolved", resolved)
+	}
+	return res, nil
+}
+
+// listCompanies lists every record of the three companies, at once, and
+// groups them by trip. It returns the number of records read.
+func (r *Reconciler) listCompanies(ctx context.Context) (map[string]*companyRecords, int, error) {
+	clients := []*provider.Client{r.cfg.Hotel, r.cfg.Payments, r.cfg.Cars}
+	lists := make([][]provider.Record, len(clients))
+	g, gctx := errgroup.WithContext(ctx)
+	for i, c := range clients {
+		g.Go(func() error {
+			recs, err := c.List(gctx, "")
+			if err != nil {
+				return fmt.Errorf("sweep: list %s at %s: %w", c.Resource, c.BaseURL, err)
+			}
+			lists[i] = recs
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, 0, err
+	}
+	out := map[string]*companyRecords{}
+	n := 0
+	now := time.Now()
+	for i, recs := range lists {
+		c := clients[i]
+		for _, rec := range recs {
+			n++
+			trip := rec.TripID()
+			if trip == "" {
+				continue
+			}
+			cr := out[trip]
+			if cr == nil {
+				cr = &companyRecords{holds: map[string]int{}, charges: map[string]int{}, bookings: map[string]int{}}
+				out[trip] = cr
+			}
+			by := []map[string]int{cr.holds, cr.charges, cr.bookings}[i]
+			by[rec.Status()]++
+			if rec.Status() == c.ActiveStatus && !r.young(rec, now) {
+				cr.active = append(cr.active, fmt.Sprintf("%s %s %s", c.Resource, rec.Key(), rec.Status()))
+			}
+		}
+	}
+	return out, n, nil
+}
+
+// young reports whether rec was created less than OrphanGrace ago.
+func (r *Reconciler) young(rec provider.Record, now time.Time) bool {
+	s, _ := rec["created_at"].(string)
+	t, err := time.Parse(time.RFC3339Nano, s)
+	return err == nil && now.Sub(t) < r.cfg.OrphanGrace
+}
+
+// describe renders what a trip has at the companies: "holds held 1,
+// charges refunded 1, bookings none".
+func (c *companyRecords) describe() string {
+	if c == nil {
+		c = &companyRecords{}
+	}
+	part := func(name string, m map[string]int) string {
+		if len(m) == 0 {
+			return name + " none"
+		}
+		var ss []string
+		for s, n := range m {
+			ss = append(ss, fmt.Sprintf("%s %d", s, n))
+		}
+		slices.Sort(ss)
+		return name + " " + strings.Join(ss, " ")
+	}
+	return part("holds", c.holds) + ", " + part("charges", c.charges) + ", " + part("bookings", c.bookings)
+}

@@ -1,0 +1,97 @@
+-- name: TripViewApply :one
+-- Adds one event to its trip: inserts the row (with the status computed
+-- for the new trip) or merges the kind into seen. The row stays locked
+-- until the transaction ends, so events of one trip apply one at a time.
+INSERT INTO trip_view AS v (trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at)
+VALUES (@trip_id, ARRAY[@kind::text], @new_status, sqlc.narg(new_settled)::text,
+        @kind::text = 'trip.requested', @kind::text = 'mail.sent', 1, @at, @at)
+ON CONFLICT (trip_id) DO UPDATE
+SET seen = ARRAY(SELECT DISTINCT k FROM unnest(v.seen || EXCLUDED.seen) AS k ORDER BY k),
+    requested = v.requested OR EXCLUDED.requested,
+    mailed = v.mailed OR EXCLUDED.mailed,
+    events = v.events + 1,
+    first_event_at = LEAST(v.first_event_at, EXCLUDED.first_event_at),
+    last_event_at = GREATEST(v.last_event_at, EXCLUDED.last_event_at),
+    updated_at = now()
+RETURNING seen, status, settled;
+
+-- name: TripViewSetStatus :exec
+UPDATE trip_view SET status = @status, settled = sqlc.narg(settled)::text, updated_at = now()
+WHERE trip_id = @trip_id;
+
+-- name: TripViewGet :one
+SELECT * FROM trip_view WHERE trip_id = @trip_id;
+
+-- name: TripViewListNewest :many
+SELECT * FROM trip_view ORDER BY first_event_at DESC, trip_id DESC LIMIT @max;
+
+-- name: TripViewListAll :many
+-- Every trip, in trip id order (the sweep and replay comparisons).
+SELECT * FROM trip_view ORDER BY trip_id;
+
+-- name: TripViewListRequested :many
+-- The trips whose trip.requested was seen, among ids.
+SELECT trip_id FROM trip_view WHERE trip_id = ANY(@trip_ids::text[]) AND requested;
+
+-- name: TripViewCountByStatus :many
+SELECT status, count(*) AS trips FROM trip_view GROUP BY status ORDER BY status;
+
+-- name: TripViewCount :one
+SELECT count(*) FROM trip_view;
+
+-- name: TripViewDeleteAll :execrows
+DELETE FROM trip_view;
+
+-- name: ProjectionLockShared :exec
+-- Taken by every live projection transaction; the replay's clearing
+-- transaction takes it exclusively, so no live transaction straddles it.
+SELECT pg_advisory_xact_lock_shared(hashtext(current_schema() || '/reconciler/projection'));
+
+-- name: ProjectionLockExclusive :exec
+SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/reconciler/projection'));
+
+-- name: ReplayLock :exec
+-- Session lock held by a replay from start to end: one replay at a time,
+-- and no sweep while the view is being rebuilt.
+SELECT pg_advisory_lock(hashtext(current_schema() || '/reconciler/replay'));
+
+-- name: ReplayUnlock :exec
+SELECT pg_advisory_unlock(hashtext(current_schema() || '/reconciler/replay'));
+
+-- name: SweepTryLockShared :one
+SELECT pg_try_advisory_xact_lock_shared(hashtext(current_schema() || '/reconciler/replay'))::bool AS locked;
+
+-- name: InboxDeleteByConsumer :execrows
+DELETE FROM inbox WHERE consumer = @consumer;
+
+-- name: TripViewReplayApply :batchone
+-- A replay's TripViewApply behind the inbox, in one statement so that a
+-- whole batch of events goes to the server in one round trip: no row comes
+-- back when the inbox already had the event.
+WITH fresh AS (
+    INSERT INTO inbox (consumer, source, event_id, ce_type, stream, stream_seq)
+    VALUES (@consumer, @source, @event_id, @ce_type, @stream, @stream_seq)
+    ON CONFLICT DO NOTHING
+    RETURNING event_id
+)
+INSERT INTO trip_view AS v (trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at)
+SELECT @trip_id, ARRAY[@kind::text], @new_status, sqlc.narg(new_settled)::text,
+       @kind::text = 'trip.requested', @kind::text = 'mail.sent', 1, @at, @at
+FROM fresh
+ON CONFLICT (trip_id) DO UPDATE
+SET seen = ARRAY(SELECT DISTINCT k FROM unnest(v.seen || EXCLUDED.seen) AS k ORDER BY k),
+    requested = v.requested OR EXCLUDED.requested,
+    mailed = v.mailed OR EXCLUDED.mailed,
+    events = v.events + 1,
+    first_event_at = LEAST(v.first_event_at, EXCLUDED.first_event_at),
+    last_event_at = GREATEST(v.last_event_at, EXCLUDED.last_event_at),
+    updated_at = now()
+RETURNING trip_id, seen, status, settled;
+
+-- name: TripViewSetStatusMany :exec
+-- settled "" stands for NULL.
+UPDATE trip_view AS v
+SET status = u.status, settled = NULLIF(u.settled, ''), updated_at = now()
+FROM (SELECT unnest(@trip_ids::text[]) AS trip_id, unnest(@statuses::text[]) AS status,
+             unnest(@settled::text[]) AS settled) AS u
+WHERE v.trip_id = u.trip_id;
