@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -54,7 +55,11 @@ type Runner struct {
 	wake   chan struct{}
 	sem    chan struct{}
 	wg     sync.WaitGroup
-	calls  *prometheus.CounterVec
+	full   atomic.Bool // dispatch found every in-flight slot taken
+	// lastVerify is when claim last looked for rows to verify (unix ns):
+	// at most once per PollInterval, not on every wake.
+	lastVerify atomic.Int64
+	calls      *prometheus.CounterVec
 	raised prometheus.Counter
 }
 
@@ -243,6 +248,7 @@ func (r *Runner) RecoveryPass(ctx context.Context) (int, error) {
 func (r *Runner) dispatch(ctx context.Context) (int, error) {
 	free := cap(r.sem) - len(r.sem)
 	if free == 0 {
+		r.full.Store(true)
 		return 0, nil
 	}
 	jobs, err := r.claim(ctx, free, false)
@@ -253,7 +259,13 @@ func (r *Runner) dispatch(ctx context.Context) (int, error) {
 		r.sem <- struct{}{}
 		r.wg.Add(1)
 		go func() {
-			defer func() { <-r.sem; r.wg.Done(); r.Wake() }()
+			defer func() {
+				<-r.sem
+				r.wg.Done()
+				if r.full.Swap(false) { // a slot is free for rows left waiting
+					r.Wake()
+				}
+			}()
 			j(ctx)
 		}()
 	}
@@ -309,7 +321,8 @@ func (r *Runner) claim(ctx context.Context, max int, ignoreLease bool) ([]func(c
 			return nil, err
 		}
 	}
-	if len(jobs) < max {
+	if now := time.Now(); len(jobs) < max && (ignoreLease || now.UnixNano()-r.lastVerify.Load() >= int64(r.t.PollInterval)) {
+		r.lastVerify.Store(now.UnixNano())
 		vrows, err := queries.StepClaimVerify(ctx, tx, int32(max-len(jobs)))
 		if err != nil {
 			return nil, fmt.Errorf("claim verify: %w", err)
