@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/jackc/pgx/v5"
@@ -60,6 +61,15 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	}
 	if step.Class != cfg.Spec.Class || step.Service != cfg.Spec.Service {
 		return nil, fmt.Errorf("%w: step %q is %s of %s in the catalogue", ErrInvalidConfig, step.Name, step.Class, step.Service)
+	}
+	for _, typ := range []string{cfg.Spec.OnDone, cfg.Spec.OnRejected, cfg.Spec.OnFailed, cfg.Spec.OnUndone} {
+		declared := slices.Contains(step.Publishes, typ)
+		if step.Compensation != nil {
+			declared = declared || slices.Contains(step.Compensation.Publishes, typ)
+		}
+		if typ != "" && !declared {
+			return nil, fmt.Errorf("%w: step %q would publish %s, which the catalogue does not declare for it", ErrInvalidConfig, step.Name, typ)
+		}
 	}
 	if cfg.Build == nil {
 		return nil, fmt.Errorf("%w: Build is required", ErrInvalidConfig)

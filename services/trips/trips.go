@@ -356,7 +356,8 @@ func (s *Service) create(ctx context.Context, key string, req events.TripRequest
 }
 
 // waitSettled waits up to d for the trip to reach a final status, woken by
-// the projection and checking the database every 250 ms besides.
+// the projection and checking the database every second besides (another
+// request may be waiting on the same trip, and a wake can be missed).
 func (s *Service) waitSettled(ctx context.Context, row dbsqlc.Trip, d time.Duration) dbsqlc.Trip {
 	if IsFinal(row.Status) || d <= 0 {
 		return row
@@ -372,7 +373,7 @@ func (s *Service) waitSettled(ctx context.Context, row dbsqlc.Trip, d time.Durat
 	}
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
-	tick := time.NewTicker(250 * time.Millisecond)
+	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		select {
