@@ -48,19 +48,19 @@ type Config struct {
 
 // Runner executes one step from its step log.
 type Runner struct {
-	cfg    Config
-	born   time.Time
-	t      Timing
-	log    *slog.Logger
-	wake   chan struct{}
-	sem    chan struct{}
-	wg     sync.WaitGroup
-	full   atomic.Bool // dispatch found every in-flight slot taken
+	cfg  Config
+	born time.Time
+	t    Timing
+	log  *slog.Logger
+	wake chan struct{}
+	sem  chan struct{}
+	wg   sync.WaitGroup
+	full atomic.Bool // dispatch found every in-flight slot taken
 	// lastVerify is when claim last looked for rows to verify (unix ns):
 	// at most once per PollInterval, not on every wake.
 	lastVerify atomic.Int64
 	calls      *prometheus.CounterVec
-	raised prometheus.Counter
+	raised     prometheus.Counter
 }
 
 // New returns a runner. It returns an error wrapping [ErrInvalidConfig]
