@@ -114,6 +114,13 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return nil, fmt.Errorf("pgcluster: initdb: %w\n%s", err, out)
 		}
 	}
+	// A cluster left running (its runner was killed) is adopted, not
+	// started twice.
+	if p, ok := c.running(ctx, data); ok {
+		c.Port = p
+		c.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p)
+		return c, nil
+	}
 	port := cfg.Port
 	if port == 0 {
 		if port, err = freePort(); err != nil {
@@ -154,6 +161,24 @@ func (c *Cluster) run(ctx context.Context, name string, args ...string) ([]byte,
 	// pg_ctl start leaves the postmaster running with our stdout otherwise.
 	out, err := cmd.CombinedOutput()
 	return out, err
+}
+
+// running reports whether a server runs on data, and its port (line 4 of
+// postmaster.pid).
+func (c *Cluster) running(ctx context.Context, data string) (int, bool) {
+	if _, err := c.run(ctx, "pg_ctl", "-D", data, "status"); err != nil {
+		return 0, false
+	}
+	b, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
+	if err != nil {
+		return 0, false
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 4 {
+		return 0, false
+	}
+	p, err := strconv.Atoi(strings.TrimSpace(lines[3]))
+	return p, err == nil
 }
 
 func chownAll(dir string, uid, gid int) error {

@@ -184,7 +184,10 @@ func (s *Stack) startChild(name string) error {
 	cmd := exec.Command(s.cfg.Binary, "serve", name)
 	cmd.Env = s.env(name)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Own process group: a Ctrl-C at the terminal reaches the supervisor,
+	// which stops the services in order. Pdeathsig: if the supervisor itself
+	// is killed, its children get SIGTERM instead of living on as orphans.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("stack: start %s: %w", name, err)
