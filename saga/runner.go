@@ -361,6 +361,9 @@ func (r *Runner) forward(ctx context.Context, claimed dbsqlc.Step) {
 	res, callErr := r.call(ctx, "do", func(ctx context.Context) (provider.Result, error) {
 		return r.cfg.Spec.Company.Create(ctx, claimed.IdempotencyKey, body)
 	})
+	if callErr != nil && ctx.Err() == nil {
+		res, callErr = r.learnForward(ctx, claimed.IdempotencyKey, res, callErr)
+	}
 	if ctx.Err() != nil {
 		return // shutting down: the lease expires and the recovery pass asks again
 	}
@@ -412,11 +415,51 @@ func (r *Runner) forward(ctx context.Context, claimed dbsqlc.Step) {
 	}
 }
 
+// learnForward asks the company's status by key (GET /<resource>/{key})
+// after a forward call whose outcome is unknown: a resource in force means
+// the step happened; a declined charge is a rejection; anything else stays
+// unknown and the same request is sent again later.
+func (r *Runner) learnForward(ctx context.Context, key string, res provider.Result, callErr error) (provider.Result, error) {
+	st, err := r.call(ctx, "status", func(ctx context.Context) (provider.Result, error) {
+		return r.cfg.Spec.Company.Status(ctx, key)
+	})
+	switch {
+	case err != nil || st.Outcome != provider.Done:
+		return res, callErr
+	case st.Status == r.cfg.Spec.ActiveStatus:
+		return st, nil
+	case st.Status == "declined":
+		return provider.Result{Outcome: provider.Rejected, Code: st.Code, Status: st.Status, Reason: "card declined"}, nil
+	}
+	return res, callErr
+}
+
+// learnUndo asks the company's status by key after an undo whose outcome is
+// unknown: no record, or a record no longer in force, means the undo is
+// done (a record that appears later is caught by the verification).
+func (r *Runner) learnUndo(ctx context.Context, key string, res provider.Result, callErr error) (provider.Result, error) {
+	st, err := r.call(ctx, "status", func(ctx context.Context) (provider.Result, error) {
+		return r.cfg.Spec.Company.Status(ctx, key)
+	})
+	switch {
+	case err != nil:
+		return res, callErr
+	case st.Outcome == provider.None:
+		return provider.Result{Outcome: provider.None, Code: st.Code, Status: "none"}, nil
+	case st.Status != r.cfg.Spec.ActiveStatus:
+		return provider.Result{Outcome: provider.Undone, Code: st.Code, Status: st.Status, Ref: st.Ref}, nil
+	}
+	return res, callErr
+}
+
 // undo calls the company's undo by key for a claimed compensating row.
 func (r *Runner) undo(ctx context.Context, claimed dbsqlc.Step) {
 	res, callErr := r.call(ctx, "undo", func(ctx context.Context) (provider.Result, error) {
 		return r.cfg.Spec.Company.Undo(ctx, claimed.IdempotencyKey)
 	})
+	if callErr != nil && ctx.Err() == nil {
+		res, callErr = r.learnUndo(ctx, claimed.IdempotencyKey, res, callErr)
+	}
 	if ctx.Err() != nil {
 		return
 	}

@@ -266,3 +266,35 @@ func TestRunner(t *testing.T) {
 		require.Len(t, holds, 1, "held once")
 	})
 }
+
+func TestRunnerLearnsByStatus(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("ForwardAnswerAlwaysLostIsLearnedByGet", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		require.NoError(t, sim.AddFault(ctx, b.hotelURL, sim.Rule{Op: sim.OpHold, Fault: sim.FaultLoseAnswer}))
+		r := runner(t, b, fast)
+		request(t, b, r, "T-get", "get@x.io")
+		recoverPass(t, r)
+		s := step(t, b, "T-get")
+		require.Equal(t, "done", s.Status, "GET /holds/{key} says held")
+		require.Equal(t, []string{events.HotelHeld}, outboxTypes(t, b, "T-get"))
+	})
+
+	t.Run("UndoAnswerAlwaysLostIsLearnedByGet", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		require.NoError(t, sim.AddFault(ctx, b.hotelURL, sim.Rule{Op: sim.OpRelease, Fault: sim.FaultLoseAnswer}))
+		r := runner(t, b, fast)
+		request(t, b, r, "T-rel", "rel@x.io")
+		recoverPass(t, r)
+		undo(t, b, r, "T-rel")
+		recoverPass(t, r)
+		s := step(t, b, "T-rel")
+		require.Equal(t, "compensated", s.Status, "GET /holds/{key} says released")
+		require.Equal(t, "released", companyStatus(t, b, "T-rel:hotel"))
+		require.Equal(t, []string{events.HotelHeld, events.HotelReleased}, outboxTypes(t, b, "T-rel"))
+	})
+}
