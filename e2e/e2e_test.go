@@ -160,10 +160,18 @@ func TestAPI(t *testing.T) {
 	t.Run("MalformedJSONIsA400", func(t *testing.T) {
 		code, body, _ := post(t, `{"traveler":`, nil)
 		require.Equal(t, http.StatusBadRequest, code)
-		require.Contains(t, body["errors"].([]any)[0].(map[string]any)["detail"], "not a JSON trip request")
-		code, body, _ = post(t, `{"traveler":{"name":"A","email":"a@b.c"},"hotel":{"nights":"two"}}`, nil)
+		require.Contains(t, body["errors"].([]any)[0].(map[string]any)["detail"], "body is not JSON")
+		code, body, _ = post(t, strings.Replace(validTrip, `"nights":2`, `"nights":"two"`, 1), nil)
 		require.Equal(t, http.StatusBadRequest, code)
-		require.Equal(t, "hotel.nights", body["errors"].([]any)[0].(map[string]any)["field"])
+		require.Len(t, body["errors"], 1)
+		require.Equal(t, map[string]any{"field": "hotel.nights", "pointer": "#/hotel/nights", "detail": "must be a JSON integer"}, body["errors"].([]any)[0])
+	})
+
+	t.Run("OversizedBodyIs413", func(t *testing.T) {
+		code, body, h := post(t, strings.Replace(validTrip, "Ada Example", strings.Repeat("A", 70<<10), 1), nil)
+		require.Equal(t, http.StatusRequestEntityTooLarge, code)
+		require.Equal(t, "application/problem+json", h.Get("Content-Type"))
+		require.Contains(t, body["detail"], "at most")
 	})
 
 	t.Run("KeyReusedWithAnotherBodyIs409", func(t *testing.T) {

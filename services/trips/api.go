@@ -4,12 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/mail"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,30 +51,100 @@ var (
 	currencyPattern = regexp.MustCompile(`^[A-Z]{3}$`)
 )
 
+// MaxBodyBytes bounds a POST /trips body; a larger one is answered 413.
+const MaxBodyBytes = 64 << 10
+
+// leaf kinds of the request's fields.
+const (
+	kindString = "string"
+	kindInt    = "int"
+)
+
+// requestShape lists every field of a trip request and its JSON kind.
+var requestShape = map[string]map[string]string{ //nolint:gochecknoglobals // read-only table
+	"traveler": {"name": kindString, "email": kindString},
+	"hotel":    {"property_id": kindString, "check_in": kindString, "nights": kindInt},
+	"car":      {"car_class": kindString, "pickup": kindString, "return": kindString},
+	"payment":  {"card_token": kindString, "amount_cents": kindInt, "currency": kindString},
+}
+
 // DecodeRequest reads and validates a POST /trips body. It returns every
-// invalid field at once; a body that is not JSON of the right shape is one
-// error naming where it broke.
+// invalid field at once, whether of the wrong JSON type, unknown, missing
+// or out of range; a body that is not one JSON object is one error at "#".
 func DecodeRequest(r io.Reader) (events.TripRequest, []FieldError) {
 	var req events.TripRequest
-	dec := json.NewDecoder(io.LimitReader(r, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		var te *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &te):
-			f := te.Field
-			return req, []FieldError{fe(f, fmt.Sprintf("must be a JSON %s", te.Type.Kind()))}
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-			return req, []FieldError{fe(name, "unknown field")}
-		default:
-			return req, []FieldError{{Field: "", Pointer: "#", Detail: "body is not a JSON trip request: " + err.Error()}}
-		}
+	dec := json.NewDecoder(r)
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return req, []FieldError{{Field: "", Pointer: "#", Detail: "body is not JSON: " + err.Error()}}
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return req, []FieldError{{Field: "", Pointer: "#", Detail: "body has data after the JSON object"}}
 	}
-	return req, Validate(req)
+	top, ok := doc.(map[string]any)
+	if !ok {
+		return req, []FieldError{{Field: "", Pointer: "#", Detail: "body must be a JSON object"}}
+	}
+	var errs []FieldError
+	bad := map[string]bool{}
+	values := map[string]any{}
+	for name, v := range top {
+		shape, known := requestShape[name]
+		if !known {
+			errs = append(errs, fe(name, "unknown field"))
+			continue
+		}
+		obj, isObj := v.(map[string]any)
+		if !isObj {
+			errs = append(errs, fe(name, "must be a JSON object"))
+			for leaf := range shape {
+				bad[name+"."+leaf] = true
+			}
+			continue
+		}
+		for leaf, lv := range obj {
+			path := name + "." + leaf
+			kind, known := shape[leaf]
+			if !known {
+				errs = append(errs, fe(path, "unknown field"))
+				continue
+			}
+			switch kind {
+			case kindString:
+				if sv, ok := lv.(string); ok {
+					values[path] = sv
+				} else {
+					errs = append(errs, fe(path, "must be a JSON string"))
+					bad[path] = true
+				}
+			case kindInt:
+				n, isNum := lv.(json.Number)
+				i, err := n.Int64()
+				if !isNum || err != nil {
+					errs = append(errs, fe(path, "must be a JSON integer"))
+					bad[path] = true
+				} else {
+					values[path] = i
+				}
+			}
+		}
+	}
+	str := func(p string) string { v, _ := values[p].(string); return v }
+	num := func(p string) int64 { v, _ := values[p].(int64); return v }
+	req = events.TripRequest{
+		Traveler: events.Person{Name: str("traveler.name"), Email: str("traveler.email")},
+		Hotel:    events.HotelRequest{PropertyID: str("hotel.property_id"), CheckIn: str("hotel.check_in"), Nights: int(max(min(num("hotel.nights"), 1<<30), -1))},
+		Car:      events.CarRequest{CarClass: str("car.car_class"), Pickup: str("car.pickup"), Return: str("car.return")},
+		Payment:  events.PaymentRequest{CardToken: str("payment.card_token"), AmountCents: num("payment.amount_cents"), Currency: str("payment.currency")},
+	}
+	for _, e := range Validate(req) {
+		if !bad[e.Field] {
+			errs = append(errs, e)
+		}
+	}
+	slices.SortFunc(errs, func(a, b FieldError) int { return strings.Compare(a.Field, b.Field) })
+	return req, errs
 }
 
 func fe(field, detail string) FieldError {
@@ -120,8 +189,8 @@ func Validate(req events.TripRequest) []FieldError {
 		errs = append(errs, fe("car.return", "must not be before car.pickup"))
 	}
 	need("payment.card_token", req.Payment.CardToken)
-	if req.Payment.AmountCents <= 0 {
-		errs = append(errs, fe("payment.amount_cents", "must be a positive integer (minor units)"))
+	if req.Payment.AmountCents <= 0 || req.Payment.AmountCents > 1e11 {
+		errs = append(errs, fe("payment.amount_cents", "must be a positive integer of minor units, at most 100000000000"))
 	}
 	if !currencyPattern.MatchString(req.Payment.Currency) {
 		errs = append(errs, fe("payment.currency", "must be an ISO 4217 code such as USD"))

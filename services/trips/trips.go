@@ -8,14 +8,17 @@
 package trips
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -269,7 +272,18 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func (s *Service) postTrip(w http.ResponseWriter, r *http.Request) {
-	req, errs := DecodeRequest(r.Body)
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		writeProblem(w, Problem{Type: "https://tripsaga.io/problems/body-too-large", Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
+			Detail: fmt.Sprintf("a trip request is at most %d bytes", MaxBodyBytes)})
+		return
+	}
+	if err != nil {
+		writeProblem(w, Problem{Type: "https://tripsaga.io/problems/invalid-trip-request", Title: "Invalid trip request", Status: http.StatusBadRequest, Detail: "reading the body: " + err.Error()})
+		return
+	}
+	req, errs := DecodeRequest(bytes.NewReader(raw))
 	if len(errs) > 0 {
 		writeProblem(w, Problem{Type: "https://tripsaga.io/problems/invalid-trip-request", Title: "Invalid trip request", Status: http.StatusBadRequest,
 			Detail: fmt.Sprintf("%d field(s) are invalid", len(errs)), Errors: errs})
@@ -426,6 +440,9 @@ func (s *Service) listTrips(w http.ResponseWriter, r *http.Request) {
 		status = &v
 	}
 	if v := q.Get("after"); v != "" {
+		if !strings.HasPrefix(v, "T-") {
+			errs = append(errs, FieldError{Field: "after", Pointer: "query:after", Detail: "must be a cursor from a previous page's next"})
+		}
 		after = &v
 	}
 	if len(errs) > 0 {
