@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/tripsaga/tripsaga/internal/app"
@@ -55,7 +56,9 @@ func serveSim(ctx context.Context, env app.Env) error {
 	defer sims.Close()
 	mux := http.NewServeMux()
 	mux.Handle("/", sims.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ready\n")) })
+	mux.Handle("GET /metrics", promhttp.Handler())
 	ln, err := net.Listen("tcp", env.HTTPAddr)
 	if err != nil {
 		return err

@@ -486,7 +486,7 @@ func refundsFail(ctx context.Context, env *Env) (*Outcome, error) {
 		if _, err := env.getJSON(ctx, env.PaymentURL+"/incidents", &inc); err == nil {
 			for _, i := range inc.Items {
 				if i.TripID == a.TripID {
-					o.Notes = append(o.Notes, fmt.Sprintf("incident %s raised after %d attempts", i.Kind, i.Attempts))
+					o.Notes = append(o.Notes, fmt.Sprintf("incident %s raised for a person; %d failed refund attempts in all, retries went on", i.Kind, i.Attempts))
 				}
 			}
 		}
