@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -162,6 +163,34 @@ func (c *InboxConfig) validate() error {
 type Inbox struct {
 	cfg   InboxConfig
 	types map[string]bool
+	cons  atomic.Pointer[jetstream.Consumer]
+	// lastSeen is when a message last arrived (unix ns).
+	lastSeen atomic.Int64
+}
+
+// ErrStalled is returned by [Inbox.Check] when the consumer has messages
+// waiting but none arrived for a while: a pull consumer can stall silently
+// after a reconnect or leader change (nats.go #1729).
+var ErrStalled = errors.New("outbox: inbox consumer stalled")
+
+// Check reports whether the consumer makes progress: it returns an error
+// wrapping [ErrStalled] when the server holds undelivered messages for it
+// and none arrived during the last 2×AckWait (at least 10 s), or an error
+// when the consumer's info cannot be read. Use it in a readiness check.
+func (in *Inbox) Check(ctx context.Context) error {
+	cp := in.cons.Load()
+	if cp == nil {
+		return fmt.Errorf("inbox %s: consumer not created yet", in.cfg.Name)
+	}
+	info, err := (*cp).Info(ctx)
+	if err != nil {
+		return fmt.Errorf("inbox %s: %w", in.cfg.Name, err)
+	}
+	quiet := time.Since(time.Unix(0, in.lastSeen.Load()))
+	if info.NumPending > 0 && quiet > max(2*in.cfg.AckWait, 10*time.Second) {
+		return fmt.Errorf("%w: %s on %s has %d waiting, nothing arrived for %s", ErrStalled, in.cfg.Name, in.cfg.Stream, info.NumPending, quiet.Round(time.Second))
+	}
+	return nil
 }
 
 // NewInbox returns an inbox; it returns an error wrapping
@@ -193,6 +222,8 @@ func (in *Inbox) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("inbox %s: consumer on %s: %w", in.cfg.Name, in.cfg.Stream, err)
 	}
+	in.lastSeen.Store(time.Now().UnixNano())
+	in.cons.Store(&cons)
 	return in.consume(ctx, cons)
 }
 
@@ -209,6 +240,7 @@ func (in *Inbox) consume(ctx context.Context, cons jetstream.Consumer) error {
 		}()
 	}
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		in.lastSeen.Store(time.Now().UnixNano())
 		select {
 		case work <- msg:
 		case <-ctx.Done():

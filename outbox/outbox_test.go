@@ -214,17 +214,19 @@ func TestInbox(t *testing.T) {
 		mu  sync.Mutex
 		ids []string
 	}
-	start := func(t *testing.T, b *bundle, h HandlerFunc) {
+	start := func(t *testing.T, b *bundle, h HandlerFunc) *Inbox {
 		in, err := NewInbox(InboxConfig{
 			Name: "test", Stream: events.StreamHotel, FilterSubjects: []string{"hotel.held.>"},
 			Types: []string{events.HotelHeld}, Pool: b.pool, JetStream: b.js, Handler: h,
 			MaxDeliver: 3, BackoffMax: 50 * time.Millisecond,
 		})
 		require.NoError(t, err)
+		require.ErrorContains(t, in.Check(context.Background()), "not created yet")
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { _ = in.Run(ctx); close(done) }()
 		t.Cleanup(func() { cancel(); <-done })
+		return in
 	}
 	publish := func(t *testing.T, b *bundle, e event.Event, msgID string) {
 		h, err := events.EncodeHeaders(e)
@@ -278,7 +280,7 @@ func TestInbox(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		var s seen
-		start(t, b, counter(t, b, &s))
+		in := start(t, b, counter(t, b, &s))
 		e := newEvent(t, "T-dup")
 		publish(t, b, e, "a")
 		publish(t, b, e, "b") // same event, past broker dedup (another msg id)
@@ -293,6 +295,7 @@ func TestInbox(t *testing.T) {
 			}()
 		}, "all acked")
 		require.Equal(t, 1, effects(t, b, e.ID()))
+		require.NoError(t, in.Check(context.Background()), "a consumer with nothing waiting is not stalled")
 	})
 
 	t.Run("PoisonEventIsParkedAndDoesNotBlock", func(t *testing.T) {

@@ -137,6 +137,9 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 	return p, nil
 }
 
+// AddCheck adds a readiness check to /readyz (e.g. an inbox's progress).
+func (p *Process) AddCheck(c func(context.Context) error) { p.checks = append(p.checks, c) }
+
 // SetReady marks the process ready (after its recovery pass).
 func (p *Process) SetReady() { p.ready.Store(true) }
 

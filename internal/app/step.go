@@ -39,6 +39,7 @@ func RunStep(ctx context.Context, env Env, spec saga.Spec, build saga.BuildFunc,
 		return err
 	}
 	p.HandleOps()
+	p.AddCheck(svc.Check)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.Serve(ctx) })
 	g.Go(func() error { return svc.Run(ctx, p.SetReady) })

@@ -169,6 +169,17 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	return err
 }
 
+// Check returns an error when one of the service's inboxes has stalled
+// (see outbox.Inbox.Check); for readiness.
+func (s *Service) Check(ctx context.Context) error {
+	for _, in := range s.inboxes {
+		if err := in.Check(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // project applies one step event to its trip, inside the inbox transaction.
 func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	var d events.StepData
@@ -484,6 +495,7 @@ func Run(ctx context.Context, env app.Env) error {
 	}
 	s.Handler(p.Mux)
 	p.HandleOps()
+	p.AddCheck(s.Check)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.Serve(ctx) })
 	g.Go(func() error { return s.Run(ctx, p.SetReady) })
