@@ -88,8 +88,8 @@ type Service struct {
 	relay   *outbox.Relay
 	mail    *saga.Runner
 	inboxes []*outbox.Inbox
-	waiters sync.Map // trip id -> chan struct{} closed when it settles
 	mu      sync.Mutex
+	waiters map[string]chan struct{} // trip id -> closed at its next projected event
 }
 
 // New builds the service.
@@ -97,7 +97,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger}
+	s := &Service{cfg: cfg, log: cfg.Logger, waiters: map[string]chan struct{}{}}
 	var err error
 	s.relay, err = outbox.NewRelay(outbox.RelayConfig{Pool: cfg.Pool, JetStream: cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer})
 	if err != nil {
@@ -238,14 +238,24 @@ func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
 }
 
 func (s *Service) onProjected(e event.Event) {
-	if ch, ok := s.waiters.Load(e.Subject()); ok {
-		s.mu.Lock()
-		select {
-		case ch.(chan struct{}) <- struct{}{}:
-		default:
-		}
-		s.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ch, ok := s.waiters[e.Subject()]; ok {
+		close(ch) // wakes every request waiting on this trip
+		delete(s.waiters, e.Subject())
 	}
+}
+
+// changed returns a channel closed at the trip's next projected event.
+func (s *Service) changed(trip string) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch, ok := s.waiters[trip]
+	if !ok {
+		ch = make(chan struct{})
+		s.waiters[trip] = ch
+	}
+	return ch
 }
 
 // requestMail records the email of a settled trip (forward-only step).
@@ -387,20 +397,22 @@ func (s *Service) waitSettled(ctx context.Context, row dbsqlc.Trip, d time.Durat
 	if IsFinal(row.Status) || d <= 0 {
 		return row
 	}
-	ch := make(chan struct{}, 1)
-	s.mu.Lock()
-	actual, _ := s.waiters.LoadOrStore(row.TripID, ch)
-	s.mu.Unlock()
-	if actual.(chan struct{}) != ch {
-		ch = make(chan struct{}, 1) // another request waits on this trip: poll
-	} else {
-		defer s.waiters.Delete(row.TripID)
-	}
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	for {
+	ch := s.changed(row.TripID)
+	for first := true; ; first = false {
+		if !first {
+			ch = s.changed(row.TripID) // before reading, so no wake is missed
+			cur, err := queries.TripGet(ctx, s.cfg.Pool, row.TripID)
+			if err == nil {
+				row = cur
+				if IsFinal(row.Status) {
+					return row
+				}
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return row
@@ -408,13 +420,6 @@ func (s *Service) waitSettled(ctx context.Context, row dbsqlc.Trip, d time.Durat
 			return row
 		case <-ch:
 		case <-tick.C:
-		}
-		cur, err := queries.TripGet(ctx, s.cfg.Pool, row.TripID)
-		if err == nil {
-			row = cur
-			if IsFinal(row.Status) {
-				return row
-			}
 		}
 	}
 }
