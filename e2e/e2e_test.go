@@ -16,9 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/demo"
+	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/internal/stack"
 )
 
@@ -144,7 +149,6 @@ func post(t *testing.T, body string, hdr map[string]string) (int, map[string]any
 const validTrip = `{"traveler":{"name":"Ada Example","email":"ada@example.com"},"hotel":{"property_id":"P-100","check_in":"2026-12-18","nights":2},"car":{"car_class":"compact","pickup":"2026-12-18","return":"2026-12-20"},"payment":{"card_token":"tok_visa_ok","amount_cents":33000,"currency":"USD"}}`
 
 func TestAPI(t *testing.T) {
-	t.Parallel()
 
 	t.Run("BadRequestNamesEveryField", func(t *testing.T) {
 		code, body, h := post(t, `{"traveler":{"name":"","email":"nope"},"hotel":{"property_id":"P","check_in":"2026-13-40","nights":0},"car":{"car_class":"c","pickup":"2026-12-20","return":"2026-12-18"},"payment":{"card_token":"t","amount_cents":-5,"currency":"usd"}}`, nil)
@@ -215,9 +219,9 @@ func TestAPI(t *testing.T) {
 }
 
 // TestKillEveryService books trips, SIGKILLs hotel, car and trips while
-// they are in flight, and checks every trip still ends whole.
+// they are in flight, and checks every trip still ends whole. It runs alone:
+// the other tests would meet the killed trips API.
 func TestKillEveryService(t *testing.T) {
-	t.Parallel()
 	e := env()
 	ctx := context.Background()
 	var ids []string
@@ -260,4 +264,56 @@ func TestKillEveryService(t *testing.T) {
 		}
 	}
 
+}
+
+// TestPoisonEventIsParked publishes garbage and an event of an unknown type
+// onto the HOTEL stream of the running system: both are parked in
+// DEADLETTER with the reason, and trips keep flowing past them.
+func TestPoisonEventIsParked(t *testing.T) {
+	ctx := context.Background()
+	nc, err := nats.Connect(sys.NATSURL)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	dl, err := js.Stream(ctx, events.StreamDeadLetter)
+	require.NoError(t, err)
+	before, err := dl.Info(ctx)
+	require.NoError(t, err)
+
+	_, err = js.PublishMsg(ctx, &nats.Msg{Subject: "hotel.held.T-poison", Data: []byte("{not json"), Header: nats.Header{"ce-specversion": {"1.0"}}})
+	require.NoError(t, err)
+	unknown, err := events.New(events.Source("hotel"), "io.tripsaga.hotel.upgraded.v1", "T-poison2", map[string]string{})
+	require.NoError(t, err)
+	h, err := events.EncodeHeaders(unknown)
+	require.NoError(t, err)
+	m := &nats.Msg{Subject: "hotel.held.T-poison2", Data: unknown.Data(), Header: nats.Header{}}
+	for k, v := range h {
+		m.Header[k] = []string{v}
+	}
+	_, err = js.PublishMsg(ctx, m)
+	require.NoError(t, err)
+
+	// Consumers of hotel.held: payment, trips and the reconciler each park both.
+	testenv.Eventually(t, func() bool {
+		info, err := dl.Info(ctx)
+		return err == nil && info.State.Msgs >= before.State.Msgs+6
+	}, "six parked copies")
+	var reasons []string
+	info, err := dl.Info(ctx)
+	require.NoError(t, err)
+	for seq := before.State.LastSeq + 1; seq <= info.State.LastSeq; seq++ {
+		msg, err := dl.GetMsg(ctx, seq)
+		require.NoError(t, err)
+		reasons = append(reasons, msg.Header.Get(outbox.HeaderDeadConsumer)+": "+msg.Header.Get(outbox.HeaderDeadReason))
+	}
+	joined := strings.Join(reasons, "\n")
+	for _, c := range []string{"payment", "trips", "reconciler"} {
+		require.Contains(t, joined, c+": cannot decode")
+		require.Contains(t, joined, c+": events: unknown event type")
+	}
+
+	code, body, _ := post(t, validTrip, map[string]string{"Prefer": "wait=30"})
+	require.Equal(t, http.StatusCreated, code, "trips flow past the parked events")
+	require.Equal(t, "confirmed", body["status"])
 }
