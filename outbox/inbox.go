@@ -74,9 +74,10 @@ type InboxConfig struct {
 	// OnCommitted, if set, runs after a handled event's transaction
 	// commits (e.g. to wake a step runner).
 	OnCommitted func(e event.Event)
-	// MaxDeliver: at this delivery a still-failing event is parked.
-	// Defaults to 25. Set on the consumer too (NATS docs: MaxDeliver
-	// defaults to unlimited).
+	// MaxDeliver: at this delivery a still-failing event is parked, if
+	// PostgreSQL answers (the failure is the handler's, not an outage's).
+	// Defaults to 25. The consumer itself is created with MaxDeliver -1,
+	// set explicitly (NATS docs), so the server never drops an event.
 	MaxDeliver int
 	// AckWait is the server's redelivery timer: a message handed to a
 	// client that died comes back after it (nats-server #4627). Handlers
@@ -215,7 +216,10 @@ func (in *Inbox) Run(ctx context.Context) error {
 		FilterSubjects: in.cfg.FilterSubjects,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        in.cfg.AckWait,
-		MaxDeliver:     in.cfg.MaxDeliver,
+		// Unlimited on the server: the inbox itself parks an event after
+		// MaxDeliver deliveries, but only when PostgreSQL answers, so an
+		// outage never parks (and so never loses) a good event.
+		MaxDeliver: -1,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		MaxAckPending:  1000,
 	})
@@ -297,7 +301,7 @@ func (in *Inbox) handle(ctx context.Context, msg jetstream.Msg) {
 		}
 	case errors.Is(err, ErrPermanent) || errors.Is(err, events.ErrInvalidEvent) || errors.Is(err, events.ErrUnknownType):
 		in.park(ctx, msg, md, err.Error())
-	case int(md.NumDelivered) >= in.cfg.MaxDeliver:
+	case int(md.NumDelivered) >= in.cfg.MaxDeliver && in.cfg.Pool.Ping(ctx) == nil:
 		in.park(ctx, msg, md, fmt.Sprintf("still failing after %d deliveries: %v", md.NumDelivered, err))
 	default:
 		if ctx.Err() != nil {

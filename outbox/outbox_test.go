@@ -27,6 +27,7 @@ type bundle struct {
 	pool *pgxpool.Pool
 	js   jetstream.JetStream
 	nc   *nats.Conn
+	srv  interface{ Shutdown() }
 }
 
 func setup(t *testing.T) *bundle {
@@ -47,7 +48,7 @@ func setup(t *testing.T) *bundle {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	require.NoError(t, events.EnsureStreams(ctx, js, events.Default))
-	return &bundle{pool: pool, js: js, nc: nc}
+	return &bundle{pool: pool, js: js, nc: nc, srv: srv}
 }
 
 func newEvent(t *testing.T, trip string) event.Event {
@@ -186,6 +187,27 @@ func TestRelay(t *testing.T) {
 		for _, id := range ids {
 			require.True(t, want[id])
 		}
+	})
+
+	t.Run("AnOutageNeverCountsTowardsQuarantine", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		writeEvents(t, b, newEvent(t, "T-outage"))
+		b.srv.Shutdown()
+		r, err := NewRelay(RelayConfig{Pool: b.pool, JetStream: b.js, MaxAttempts: 1, AckTimeout: 200 * time.Millisecond})
+		require.NoError(t, err)
+		for range 3 {
+			_, err = r.PublishBatch(context.Background())
+			require.Error(t, err)
+		}
+		var attempts int
+		var quarantined bool
+		require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT attempts, quarantined_at IS NOT NULL FROM outbox").Scan(&attempts, &quarantined))
+		require.Zero(t, attempts)
+		require.False(t, quarantined, "the event waits for NATS to come back")
+		n, err := Pending(context.Background(), b.pool)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
 	})
 
 	t.Run("RunWakesOnNotify", func(t *testing.T) {

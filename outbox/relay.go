@@ -43,8 +43,9 @@ type RelayConfig struct {
 	// PollInterval is how often the relay looks for rows when no NOTIFY
 	// woke it (a NOTIFY can be lost on reconnect). Defaults to 1 s.
 	PollInterval time.Duration
-	// MaxAttempts is how many failed publishes of one row quarantine it, so
-	// it stops blocking nothing and is counted for a person. Defaults to 50.
+	// MaxAttempts is how many refusals of one row by the server quarantine
+	// it, so it is counted for a person instead of retried forever.
+	// Outages (no connection, no PubAck in time) never count. Defaults to 50.
 	MaxAttempts int
 	// BackoffMax caps the per-row retry backoff (100 ms doubling). It must
 	// stay well inside events.DuplicateWindow so that a re-publish is still
@@ -231,6 +232,14 @@ func (r *Relay) listenOnce(ctx context.Context) error {
 	}
 }
 
+// rowError reports whether err is the server refusing this message (a
+// JetStream API error, e.g. too large), as opposed to an outage.
+func rowError(err error) bool {
+	var api *jetstream.APIError
+	var napi *nats.APIError
+	return errors.As(err, &api) || errors.As(err, &napi) || errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject)
+}
+
 func quoteIdent(s string) string {
 	out := []byte{'"'}
 	for i := 0; i < len(s); i++ {
@@ -270,7 +279,7 @@ func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 		ps[i].row = row
 		var h map[string]string
 		if err := json.Unmarshal(row.Headers, &h); err != nil {
-			ps[i].err = fmt.Errorf("headers: %w", err)
+			ps[i].err = fmt.Errorf("headers: %w: %w", nats.ErrBadSubject, err) // a bad row, quarantined in the end
 			continue
 		}
 		msg := &nats.Msg{Subject: row.NatsSubject, Data: row.Data, Header: nats.Header{}}
@@ -297,6 +306,16 @@ func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 			timeout.Reset(0)
 		case <-ctx.Done():
 			return 0, ctx.Err()
+		}
+	}
+	// A failure that is not the server refusing this row (no connection, no
+	// PubAck in time, no stream answering) is an outage, not a bad row: it
+	// must not count towards quarantine. Leave every row as it was; the
+	// next round publishes again and the duplicate window drops what got
+	// through.
+	for _, p := range ps {
+		if p.err != nil && !rowError(p.err) {
+			return 0, fmt.Errorf("publish %s: %w", p.row.EventID, p.err)
 		}
 	}
 	if r.cfg.beforeMark != nil {

@@ -38,7 +38,7 @@ type Config struct {
 	// SoleInstance says this process is the service's only one (the
 	// process model of trips-api.md), so at start its recovery pass takes
 	// rows a dead predecessor left started or compensating without waiting
-	// for their lease (CallTimeout + 1 s) to end.
+	// for their lease (2 × CallTimeout + 1 s) to end.
 	SoleInstance bool
 	// Logger defaults to a discard logger.
 	Logger *slog.Logger
@@ -286,7 +286,8 @@ func (r *Runner) claim(ctx context.Context, max int, ignoreLease bool) ([]func(c
 		return nil, fmt.Errorf("claim due: %w", err)
 	}
 	now := time.Now()
-	lease := now.Add(r.t.CallTimeout + time.Second)
+	// A job makes up to two calls (the call, then a status by key).
+	lease := now.Add(2*r.t.CallTimeout + time.Second)
 	var jobs []func(context.Context)
 	for _, row := range rows {
 		switch Status(row.Status) {
