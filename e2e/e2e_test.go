@@ -22,9 +22,9 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/demo"
+	"github.com/tripsaga/tripsaga/internal/stack"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/outbox"
-	"github.com/tripsaga/tripsaga/internal/stack"
 )
 
 var sys *stack.Stack //nolint:gochecknoglobals // the one system under test

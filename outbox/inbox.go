@@ -219,9 +219,9 @@ func (in *Inbox) Run(ctx context.Context) error {
 		// Unlimited on the server: the inbox itself parks an event after
 		// MaxDeliver deliveries, but only when PostgreSQL answers, so an
 		// outage never parks (and so never loses) a good event.
-		MaxDeliver: -1,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		MaxAckPending:  1000,
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		MaxAckPending: 1000,
 	})
 	if err != nil {
 		return fmt.Errorf("inbox %s: consumer on %s: %w", in.cfg.Name, in.cfg.Stream, err)
