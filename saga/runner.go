@@ -165,15 +165,39 @@ func (r *Runner) RequestUndo(ctx context.Context, tx pgx.Tx, trip string) error 
 	}
 	row, err := queries.StepGetForUpdate(ctx, tx, dbsqlc.StepGetForUpdateParams{TripID: trip, Step: r.cfg.Spec.Name})
 	if errors.Is(err, pgx.ErrNoRows) {
-		_, err = queries.StepInsertVoided(ctx, tx, dbsqlc.StepInsertVoidedParams{TripID: trip, Step: r.cfg.Spec.Name, IdempotencyKey: r.Key(trip)})
+		n, err := queries.StepInsertVoided(ctx, tx, dbsqlc.StepInsertVoidedParams{TripID: trip, Step: r.cfg.Spec.Name, IdempotencyKey: r.Key(trip)})
 		if err != nil {
 			return fmt.Errorf("saga: void %s of %s: %w", r.cfg.Spec.Name, trip, err)
 		}
-		return nil
+		if n == 0 {
+			// The trigger's transaction recorded the step while we waited
+			// on its row: undo that row instead.
+			row, err = queries.StepGetForUpdate(ctx, tx, dbsqlc.StepGetForUpdateParams{TripID: trip, Step: r.cfg.Spec.Name})
+			if err != nil {
+				return fmt.Errorf("saga: undo %s of %s: %w", r.cfg.Spec.Name, trip, err)
+			}
+			return r.undoRow(ctx, tx, row)
+		}
+		// Nothing happened, so the undo is done at once; say so, or the
+		// step before this one would never be undone.
+		voided, err := queries.StepGetForUpdate(ctx, tx, dbsqlc.StepGetForUpdateParams{TripID: trip, Step: r.cfg.Spec.Name})
+		if err != nil {
+			return err
+		}
+		voided.Reason = new("voided: the undo came before the step")
+		evs, err := r.event(r.cfg.Spec.OnUndone, &voided, false)
+		if err != nil {
+			return err
+		}
+		return outbox.Write(ctx, tx, evs...)
 	}
 	if err != nil {
 		return fmt.Errorf("saga: undo %s of %s: %w", r.cfg.Spec.Name, trip, err)
 	}
+	return r.undoRow(ctx, tx, row)
+}
+
+func (r *Runner) undoRow(ctx context.Context, tx pgx.Tx, row dbsqlc.Step) error {
 	switch Status(row.Status) {
 	case Done, Pending, Unknown, Started:
 		if Status(row.Status) != Started { // a call in flight keeps its lease
@@ -518,6 +542,16 @@ func (r *Runner) verify(ctx context.Context, claimed dbsqlc.Step) {
 			return nil, nil
 		}
 		row.VerifyAt = nil
+		undoneAt := time.Now()
+		if row.UndoneAt != nil {
+			undoneAt = *row.UndoneAt
+		}
+		if elapsed := time.Since(undoneAt); res.Outcome != provider.Done && elapsed < r.t.VerifyHorizon {
+			// Still nothing; a company may commit later yet: ask again,
+			// each time after as long again as has passed (at most 10 min).
+			v := time.Now().Add(min(max(r.t.VerifyAfter, elapsed), 10*time.Minute))
+			row.VerifyAt = &v
+		}
 		if res.Outcome == provider.Done && res.Status == r.cfg.Spec.ActiveStatus {
 			r.log.Warn("saga: company committed after our undo; undoing again", "trip_id", row.TripID, "key", row.IdempotencyKey)
 			row.Status = string(Compensating)

@@ -209,6 +209,22 @@ func TestRunner(t *testing.T) {
 		require.Contains(t, s.Outcome, "undo: 200 released")
 	})
 
+	t.Run("CommitLaterThanTheFirstCheckIsStillUndone", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// The hold commits 2.5 s after the call: after the deadline undo
+		// (0.4 s) and after the first check (0.7 s later).
+		require.NoError(t, sim.AddFault(ctx, b.hotelURL, sim.Rule{Op: sim.OpHold, Fault: sim.FaultCommitLate, DelayMS: 2500}))
+		timing := fast
+		timing.StepDeadline = 400 * time.Millisecond
+		timing.VerifyAfter = 700 * time.Millisecond
+		r := runner(t, b, timing)
+		request(t, b, r, "T-later", "later@x.io")
+		runUntil(t, r, func() bool {
+			return step(t, b, "T-later").Status == "failed" && companyStatus(t, b, "T-later:hotel") == "released"
+		}, "the hold committed after the first check is released")
+	})
+
 	t.Run("CompensationRetriesRaiseAnIncidentAndGoOn", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -239,7 +255,41 @@ func TestRunner(t *testing.T) {
 		recoverPass(t, r)
 		require.Equal(t, "voided", step(t, b, "T-void").Status)
 		require.Equal(t, "none", companyStatus(t, b, "T-void:hotel"), "the company is never called")
-		require.Empty(t, outboxTypes(t, b, "T-void"))
+		require.Equal(t, []string{events.HotelReleased}, outboxTypes(t, b, "T-void"), "the undo is reported done, so the step before it is undone too")
+	})
+
+	t.Run("UndoRacingItsTriggerUndoesTheStep", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := runner(t, b, fast)
+		tr := trip("race@x.io")
+		body, err := hotel.Build("T-race", tr)
+		require.NoError(t, err)
+		tx1, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = r.Request(ctx, tx1, saga.Request{TripID: "T-race", Body: body, Trip: &tr})
+		require.NoError(t, err)
+		undone := make(chan error, 1)
+		go func() {
+			tx2, err := b.pool.Begin(ctx)
+			if err == nil {
+				if err = r.RequestUndo(ctx, tx2, "T-race"); err == nil {
+					err = tx2.Commit(ctx)
+				}
+			}
+			undone <- err
+		}()
+		// The undo waits on the trigger's uncommitted row, then sees it.
+		testenv.Eventually(t, func() bool {
+			var waiting bool
+			_ = b.pool.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()").Scan(&waiting)
+			return waiting
+		}, "the undo waits on the trigger's row")
+		require.NoError(t, tx1.Commit(ctx))
+		require.NoError(t, <-undone)
+		recoverPass(t, r)
+		require.Equal(t, "compensated", step(t, b, "T-race").Status, "the undo is not lost")
+		require.NotEqual(t, "held", companyStatus(t, b, "T-race:hotel"))
 	})
 
 	t.Run("RecoveryPassFinishesAStepLeftStartedByACrash", func(t *testing.T) {

@@ -112,8 +112,13 @@ type Timing struct {
 	// after which an incident is raised. Defaults to 5.
 	IncidentAfter int
 	// VerifyAfter is how long after undoing an uncertain step the company
-	// is asked again, in case it committed late. Defaults to 15 s.
+	// is first asked again, in case it committed late. Defaults to 15 s.
 	VerifyAfter time.Duration
+	// VerifyHorizon is how long after the undo the company keeps being
+	// asked (the gap growing with the time passed, at most 10 min): the
+	// longest a company is assumed to commit late. Past it the reconciler's
+	// sweep still finds a late commit as a "half" trip. Defaults to 1 h.
+	VerifyHorizon time.Duration
 	// PollInterval is how often the runner looks for due rows when nothing
 	// woke it. Defaults to 500 ms.
 	PollInterval time.Duration
@@ -129,6 +134,7 @@ const (
 	UndoBackoffMaxDefault  = 5 * time.Second
 	IncidentAfterDefault   = 5
 	VerifyAfterDefault     = 15 * time.Second
+	VerifyHorizonDefault   = time.Hour
 	PollIntervalDefault    = 500 * time.Millisecond
 )
 
@@ -145,6 +151,7 @@ func (t *Timing) setDefaults() {
 	def(&t.UndoBackoffMin, UndoBackoffMinDefault)
 	def(&t.UndoBackoffMax, UndoBackoffMaxDefault)
 	def(&t.VerifyAfter, VerifyAfterDefault)
+	def(&t.VerifyHorizon, VerifyHorizonDefault)
 	def(&t.PollInterval, PollIntervalDefault)
 	if t.IncidentAfter == 0 {
 		t.IncidentAfter = IncidentAfterDefault
