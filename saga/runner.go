@@ -251,7 +251,11 @@ func (r *Runner) Run(ctx context.Context) error {
 // rows it worked on.
 func (r *Runner) RecoveryPass(ctx context.Context) (int, error) {
 	total := 0
-	for {
+	// Rows that are still unknown come due again during the pass; stop
+	// taking new rounds after one lease so readiness is not held up by a
+	// hanging company: Run goes on from there.
+	stop := time.Now().Add(2*r.t.CallTimeout + time.Second)
+	for first := true; first || time.Now().Before(stop); first = false {
 		jobs, err := r.claim(ctx, 64, r.cfg.SoleInstance)
 		if err != nil {
 			return total, err
@@ -267,6 +271,7 @@ func (r *Runner) RecoveryPass(ctx context.Context) (int, error) {
 		wg.Wait()
 		total += len(jobs)
 	}
+	return total, nil
 }
 
 func (r *Runner) dispatch(ctx context.Context) (int, error) {
