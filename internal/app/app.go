@@ -103,8 +103,8 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	cfg.ConnConfig.RuntimeParams["application_name"] = "tripsaga-" + name
-	if cfg.MaxConns < 16 {
-		cfg.MaxConns = 16
+	if cfg.MaxConns < 8 {
+		cfg.MaxConns = 8
 	}
 	p.Pool, err = pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
