@@ -31,7 +31,10 @@ both write the same inbox rows, so no event counts twice.`,
 			if args[0] != reconciler.ProjectionName {
 				return fmt.Errorf("%w: %q: only %q can be replayed", reconciler.ErrUnknownProjection, args[0], reconciler.ProjectionName)
 			}
-			env := app.EnvFromOS()
+			env, err := app.EnvFromOS()
+			if err != nil {
+				return fmt.Errorf("replay: %w", err)
+			}
 			if err := env.Require("NATS_URL", "DATABASE_URL"); err != nil {
 				return fmt.Errorf("replay: %w", err)
 			}

@@ -37,7 +37,11 @@ func serveCmd() *cobra.Command {
 			if !ok {
 				return fmt.Errorf("unknown process %q: want trips, hotel, payment, car, reconciler or sim", args[0])
 			}
-			return run(cmd.Context(), app.EnvFromOS())
+			env, err := app.EnvFromOS()
+			if err != nil {
+				return err
+			}
+			return run(cmd.Context(), env)
 		},
 	}
 }

@@ -44,19 +44,30 @@ type Env struct {
 	IncidentAfter                                          int
 }
 
-// EnvFromOS reads [Env] from the environment.
-func EnvFromOS() Env {
-	ms := func(k string) time.Duration {
-		n, _ := strconv.Atoi(os.Getenv(k))
-		return time.Duration(n) * time.Millisecond
+// EnvFromOS reads [Env] from the environment. A timing variable that is
+// set but not a non-negative integer is an error naming it.
+func EnvFromOS() (Env, error) {
+	var errs []error
+	num := func(k string) int {
+		v := os.Getenv(k)
+		if v == "" {
+			return 0
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			errs = append(errs, fmt.Errorf("%s=%q: want a non-negative integer", k, v))
+			return 0
+		}
+		return n
 	}
-	n, _ := strconv.Atoi(os.Getenv("INCIDENT_AFTER"))
-	return Env{
+	ms := func(k string) time.Duration { return time.Duration(num(k)) * time.Millisecond }
+	e := Env{
 		NATSURL: os.Getenv("NATS_URL"), DatabaseURL: os.Getenv("DATABASE_URL"), HTTPAddr: os.Getenv("HTTP_ADDR"),
 		HotelURL: os.Getenv("HOTEL_URL"), PaymentsURL: os.Getenv("PAYMENTS_URL"), CarsURL: os.Getenv("CARS_URL"), MailURL: os.Getenv("MAIL_URL"),
 		CallTimeout: ms("CALL_TIMEOUT_MS"), StepDeadline: ms("STEP_DEADLINE_MS"), UndoBackoffMax: ms("UNDO_BACKOFF_MAX_MS"),
-		VerifyAfter: ms("VERIFY_AFTER_MS"), IncidentAfter: n,
+		VerifyAfter: ms("VERIFY_AFTER_MS"), IncidentAfter: num("INCIDENT_AFTER"),
 	}
+	return e, errors.Join(errs...)
 }
 
 // Require returns an error naming every listed variable that is empty.
