@@ -32,22 +32,8 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	ctx := context.Background()
-	url := testenv.Postgres(t)
-	require.NoError(t, tripsql.Migrate(ctx, url, "svc", tripsql.SetSaga))
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["search_path"] = "svc"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	srv := testenv.NATS(t)
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	require.NoError(t, events.EnsureStreams(ctx, js, events.Default))
+	pool, _ := testenv.SchemaPool(t, "svc", tripsql.SetSaga)
+	srv, nc, js := testenv.JetStream(t)
 	return &bundle{pool: pool, js: js, nc: nc, srv: srv}
 }
 

@@ -29,14 +29,7 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	ctx := context.Background()
-	url := testenv.Postgres(t)
-	require.NoError(t, tripsql.Migrate(ctx, url, "hotel", tripsql.SetSaga))
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["search_path"] = "hotel"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool, url := testenv.SchemaPool(t, "hotel", tripsql.SetSaga)
 	sims, err := sim.New(ctx, sim.Config{DatabaseURL: url})
 	require.NoError(t, err)
 	srv := httptest.NewServer(sims.Handler())

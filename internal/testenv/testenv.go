@@ -20,9 +20,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
+	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
 var (
@@ -142,4 +147,48 @@ func Eventually(tb testing.TB, cond func() bool, msg string, args ...any) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	tb.Fatalf("testenv: condition never held: "+msg, args...)
+}
+
+// SchemaPool creates a fresh database (see [Postgres]), applies the
+// migration sets to schema and returns a pool whose search_path is schema,
+// as a service's own pool is, together with the database URL. The pool is
+// closed when the test ends.
+func SchemaPool(tb testing.TB, schema string, sets ...string) (*pgxpool.Pool, string) {
+	tb.Helper()
+	ctx := context.Background()
+	url := Postgres(tb)
+	if err := tripsql.Migrate(ctx, url, schema, sets...); err != nil {
+		tb.Fatalf("testenv: migrate: %v", err)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		tb.Fatalf("testenv: pool: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool, url
+}
+
+// JetStream starts an embedded server (see [NATS]), connects to it and
+// creates the event streams of the default catalogue.
+func JetStream(tb testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
+	tb.Helper()
+	srv := NATS(tb)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		tb.Fatalf("testenv: nats connect: %v", err)
+	}
+	tb.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatalf("testenv: jetstream: %v", err)
+	}
+	if err := events.EnsureStreams(context.Background(), js, events.Default); err != nil {
+		tb.Fatalf("testenv: streams: %v", err)
+	}
+	return srv, nc, js
 }
