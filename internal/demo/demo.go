@@ -47,6 +47,7 @@ type Env struct {
 	// SettleTimeout bounds the wait for a trip to settle. Defaults to 120 s.
 	SettleTimeout time.Duration
 
+	once  sync.Once
 	nonce string
 	http  *http.Client
 }
@@ -124,7 +125,9 @@ func (s Situation) Run(ctx context.Context, env *Env) *Outcome {
 	return o
 }
 
-func (env *Env) init() {
+func (env *Env) init() { env.once.Do(env.setDefaults) }
+
+func (env *Env) setDefaults() {
 	if env.nonce == "" {
 		env.nonce = strings.ToLower(ulid.Make().String()[16:])
 	}
