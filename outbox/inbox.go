@@ -174,6 +174,16 @@ type Inbox struct {
 // after a reconnect or leader change (nats.go #1729).
 var ErrStalled = errors.New("outbox: inbox consumer stalled")
 
+// CheckAll runs [Inbox.Check] on each inbox and returns the first error.
+func CheckAll(ctx context.Context, inboxes ...*Inbox) error {
+	for _, in := range inboxes {
+		if err := in.Check(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Check reports whether the consumer makes progress: it returns an error
 // wrapping [ErrStalled] when the server holds undelivered messages for it
 // and none arrived during the last 2×AckWait (at least 10 s), or an error

@@ -145,12 +145,7 @@ func (s *Service) onTrigger(ctx context.Context, tx pgx.Tx, e event.Event) error
 // Check returns an error when one of the service's inboxes has stalled
 // (see outbox.Inbox.Check); for readiness.
 func (s *Service) Check(ctx context.Context) error {
-	for _, in := range s.inboxes {
-		if err := in.Check(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
+	return outbox.CheckAll(ctx, s.inboxes...)
 }
 
 // Run runs the recovery pass, calls ready, then runs the runner, the relay

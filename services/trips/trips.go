@@ -172,12 +172,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 // Check returns an error when one of the service's inboxes has stalled
 // (see outbox.Inbox.Check); for readiness.
 func (s *Service) Check(ctx context.Context) error {
-	for _, in := range s.inboxes {
-		if err := in.Check(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
+	return outbox.CheckAll(ctx, s.inboxes...)
 }
 
 // project applies one step event to its trip, inside the inbox transaction.
