@@ -35,6 +35,11 @@ type Config struct {
 	Port int
 	// Durable keeps fsync on. Tests leave it off for speed.
 	Durable bool
+	// Settings are extra server settings, each passed as "-c name=value"
+	// when the server is started (not when a running one is adopted), e.g.
+	// {"shared_preload_libraries": "pg_stat_statements"}. Values hold no
+	// quote characters.
+	Settings map[string]string
 }
 
 // Cluster is a running private PostgreSQL server.
@@ -132,6 +137,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if !cfg.Durable {
 		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 	}
+	extra, err := settingOptions(cfg.Settings)
+	if err != nil {
+		return nil, err
+	}
+	opts += extra
 	logFile := filepath.Join(cfg.Dir, "postgres.log")
 	if out, err := c.run(ctx, "pg_ctl", "-D", data, "-l", logFile, "-o", opts, "-w", "-t", "60", "start"); err != nil {
 		log, _ := os.ReadFile(logFile)
@@ -179,6 +189,25 @@ func (c *Cluster) running(ctx context.Context, data string) (int, bool) {
 	}
 	p, err := strconv.Atoi(strings.TrimSpace(lines[3]))
 	return p, err == nil
+}
+
+// settingOptions renders Settings as " -c 'name=value'" options in name
+// order; pg_ctl hands them to a shell, hence the quotes.
+func settingOptions(settings map[string]string) (string, error) {
+	names := make([]string, 0, len(settings))
+	for k := range settings {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, k := range names {
+		v := settings[k]
+		if k == "" || strings.ContainsAny(k+v, "'\"\\\n") || strings.ContainsAny(k, " =") {
+			return "", fmt.Errorf("pgcluster: setting %q=%q: want a plain name and a value without quotes", k, v)
+		}
+		fmt.Fprintf(&b, " -c '%s=%s'", k, v)
+	}
+	return b.String(), nil
 }
 
 func chownAll(dir string, uid, gid int) error {
