@@ -62,6 +62,13 @@ func baseURL(tb testing.TB) string {
 			return
 		}
 		clusterDir = dir
+		// The postgres OS user (when run as root) must reach dir/pg; this
+		// folder is ours, so we choose its mode (pgcluster never chmods the
+		// folders above its own).
+		if err := os.Chmod(dir, 0o711); err != nil {
+			clusterErr = err
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		cluster, clusterErr = pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg")})
