@@ -11,9 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/tripsaga/tripsaga/sim/internal/dbsqlc"
 )
 
@@ -123,23 +120,21 @@ func specs() []*spec {
 	}
 }
 
-// company is one simulated company: its pool (search_path = its schema),
-// its queries and its fault rules.
+// company is one simulated company: its store (its PostgreSQL schema, or
+// memory) and its fault rules.
 type company struct {
 	s      *Simulators
 	sp     *spec
-	pool   *pgxpool.Pool
-	q      *dbsqlc.Queries
+	store  store
 	faults *faultSet
 	log    *slog.Logger
 }
 
-func newCompany(s *Simulators, sp *spec, pool *pgxpool.Pool) *company {
+func newCompany(s *Simulators, sp *spec, st store) *company {
 	return &company{
 		s:      s,
 		sp:     sp,
-		pool:   pool,
-		q:      dbsqlc.New(),
+		store:  st,
 		faults: &faultSet{now: time.Now},
 		log:    s.log.With("company", sp.name),
 	}
@@ -203,48 +198,25 @@ func (c *company) handleCreate(w http.ResponseWriter, r *http.Request) {
 // performCreate claims key and performs the operation in one transaction,
 // storing its answer; a key already stored is answered from the store.
 func (c *company) performCreate(ctx context.Context, key string, req map[string]any, canonical []byte, fingerprint string) (answer, error) {
-	tx, err := c.pool.Begin(ctx)
-	if err != nil {
-		return answer{}, fmt.Errorf("%s %s: begin: %w", c.sp.createOp, key, err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-
-	_, err = c.q.IdempotencyClaim(ctx, tx, dbsqlc.IdempotencyClaimParams{
+	stored, found, a, err := c.store.create(ctx, dbsqlc.IdempotencyClaimParams{
 		Key: key, Op: c.sp.createOp, Fingerprint: fingerprint, Request: canonical,
+	}, func(w storeTx) (answer, error) {
+		return c.execute(ctx, w, key, req, canonical)
 	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		// Stored by an earlier (or concurrent, now committed) request.
-		_ = tx.Rollback(ctx)
-		stored, err := c.q.IdempotencyGet(ctx, c.pool, key)
-		if err != nil {
-			return answer{}, fmt.Errorf("%s %s: read stored answer: %w", c.sp.createOp, key, err)
-		}
+	if err != nil {
+		return answer{}, fmt.Errorf("%s %s: %w", c.sp.createOp, key, err)
+	}
+	if found {
 		if stored.Fingerprint != fingerprint {
 			return errorAnswer(http.StatusUnprocessableEntity, "idempotency_key_reused"), nil
 		}
 		return answer{status: int(stored.StatusCode), body: stored.Response}, nil
 	}
-	if err != nil {
-		return answer{}, fmt.Errorf("%s %s: claim key: %w", c.sp.createOp, key, err)
-	}
-
-	a, err := c.execute(ctx, tx, key, req, canonical)
-	if err != nil {
-		return answer{}, fmt.Errorf("%s %s: %w", c.sp.createOp, key, err)
-	}
-	if err := c.q.IdempotencySetAnswer(ctx, tx, dbsqlc.IdempotencySetAnswerParams{
-		Key: key, StatusCode: int32(a.status), Response: a.body,
-	}); err != nil {
-		return answer{}, fmt.Errorf("%s %s: store answer: %w", c.sp.createOp, key, err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return answer{}, fmt.Errorf("%s %s: commit: %w", c.sp.createOp, key, err)
-	}
 	return a, nil
 }
 
 // execute performs a new operation inside tx and returns its answer.
-func (c *company) execute(ctx context.Context, tx pgx.Tx, key string, req map[string]any, canonical []byte) (answer, error) {
+func (c *company) execute(ctx context.Context, tx storeTx, key string, req map[string]any, canonical []byte) (answer, error) {
 	var decision *Rule
 	if c.sp.cards && str(req, "card_token") == DeclinedCardToken {
 		decision = &Rule{Fault: FaultDeclined}
@@ -265,12 +237,12 @@ func (c *company) execute(ctx context.Context, tx pgx.Tx, key string, req map[st
 	case decision != nil && decision.Fault == FaultDeclined:
 		params.Status = "declined"
 		params.Reason = ptr(declineReason)
-		if _, err := c.q.RecordInsert(ctx, tx, params); err != nil {
+		if _, err := tx.insertRecord(ctx, params); err != nil {
 			return answer{}, fmt.Errorf("insert record: %w", err)
 		}
 		return jsonAnswer(http.StatusPaymentRequired, map[string]string{"status": "declined", "reason": declineReason}), nil
 	}
-	rec, err := c.q.RecordInsert(ctx, tx, params)
+	rec, err := tx.insertRecord(ctx, params)
 	if err != nil {
 		return answer{}, fmt.Errorf("insert record: %w", err)
 	}
@@ -291,8 +263,8 @@ func (c *company) execute(ctx context.Context, tx pgx.Tx, key string, req map[st
 	return jsonAnswer(c.sp.createCode, res), nil
 }
 
-func (c *company) statementLine(ctx context.Context, tx pgx.Tx, rec dbsqlc.Record, req map[string]any, kind string) error {
-	_, err := c.q.StatementLineInsert(ctx, tx, dbsqlc.StatementLineInsertParams{
+func (c *company) statementLine(ctx context.Context, tx storeTx, rec dbsqlc.Record, req map[string]any, kind string) error {
+	err := tx.insertStatementLine(ctx, dbsqlc.StatementLineInsertParams{
 		CardToken:   str(req, "card_token"),
 		ChargeKey:   rec.Key,
 		TripID:      rec.TripID,
@@ -333,11 +305,11 @@ func (c *company) resource(rec dbsqlc.Record) (map[string]any, error) {
 func (c *company) handleUndo(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	var orig map[string]any
-	stored, err := c.q.IdempotencyGet(r.Context(), c.pool, key)
+	stored, err := c.store.idempotency(r.Context(), key)
 	switch {
 	case err == nil:
 		orig, _ = decodeObject(stored.Request)
-	case !errors.Is(err, pgx.ErrNoRows):
+	case !errors.Is(err, errNotFound):
 		c.reply(w, r, answer{}, fmt.Errorf("%s %s: read request: %w", c.sp.undoOp, key, err))
 		return
 	}
@@ -351,58 +323,54 @@ func (c *company) handleUndo(w http.ResponseWriter, r *http.Request) {
 // never seen, or a declined charge, answers {"status":"none"}; an undone
 // record answers as its undo did.
 func (c *company) performUndo(ctx context.Context, key string) (answer, error) {
-	tx, err := c.pool.Begin(ctx)
-	if err != nil {
-		return answer{}, fmt.Errorf("%s %s: begin: %w", c.sp.undoOp, key, err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	rec, err := c.q.RecordGetByKeyForUpdate(ctx, tx, key)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return noneAnswer, nil
-	}
-	if err != nil {
-		return answer{}, fmt.Errorf("%s %s: read record: %w", c.sp.undoOp, key, err)
-	}
-	switch rec.Status {
-	case c.sp.createdStatus:
-		var undoID *string
-		if c.sp.cards {
-			undoID = ptr(newID("R-"))
+	a, err := c.store.undo(ctx, key, func(recp *dbsqlc.Record, tx storeTx) (answer, error) {
+		if recp == nil {
+			return noneAnswer, nil
 		}
-		rec, err = c.q.RecordSetStatus(ctx, tx, dbsqlc.RecordSetStatusParams{
-			Key: key, Status: c.sp.undoneStatus, UndoID: undoID,
-		})
-		if err != nil {
-			return answer{}, fmt.Errorf("%s %s: set status: %w", c.sp.undoOp, key, err)
-		}
-		if c.sp.cards {
-			req, err := decodeObject(rec.Request)
+		rec := *recp
+		switch rec.Status {
+		case c.sp.createdStatus:
+			var undoID *string
+			if c.sp.cards {
+				undoID = ptr(newID("R-"))
+			}
+			var err error
+			rec, err = tx.setStatus(ctx, dbsqlc.RecordSetStatusParams{
+				Key: key, Status: c.sp.undoneStatus, UndoID: undoID,
+			})
 			if err != nil {
-				return answer{}, fmt.Errorf("%s %s: stored request: %w", c.sp.undoOp, key, err)
+				return answer{}, fmt.Errorf("set status: %w", err)
 			}
-			if err := c.statementLine(ctx, tx, rec, req, "refund"); err != nil {
-				return answer{}, fmt.Errorf("%s %s: %w", c.sp.undoOp, key, err)
+			if c.sp.cards {
+				req, err := decodeObject(rec.Request)
+				if err != nil {
+					return answer{}, fmt.Errorf("stored request: %w", err)
+				}
+				if err := c.statementLine(ctx, tx, rec, req, "refund"); err != nil {
+					return answer{}, err
+				}
 			}
+		case c.sp.undoneStatus:
+		default: // declined
+			return noneAnswer, nil
 		}
-		if err := tx.Commit(ctx); err != nil {
-			return answer{}, fmt.Errorf("%s %s: commit: %w", c.sp.undoOp, key, err)
+		out := map[string]string{"key": rec.Key, c.sp.idField: rec.ID, "status": rec.Status}
+		if rec.UndoID != nil {
+			out["refund_id"] = *rec.UndoID
 		}
-	case c.sp.undoneStatus:
-	default: // declined
-		return noneAnswer, nil
+		return jsonAnswer(http.StatusOK, out), nil
+	})
+	if err != nil {
+		return answer{}, fmt.Errorf("%s %s: %w", c.sp.undoOp, key, err)
 	}
-	out := map[string]string{"key": rec.Key, c.sp.idField: rec.ID, "status": rec.Status}
-	if rec.UndoID != nil {
-		out["refund_id"] = *rec.UndoID
-	}
-	return jsonAnswer(http.StatusOK, out), nil
+	return a, nil
 }
 
 // handleGet serves GET /<collection>/{key}.
 func (c *company) handleGet(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
-	rec, err := c.q.RecordGetByKey(r.Context(), c.pool, key)
-	if errors.Is(err, pgx.ErrNoRows) {
+	rec, err := c.store.record(r.Context(), key)
+	if errors.Is(err, errNotFound) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"status": "none"})
 		return
 	}
@@ -451,7 +419,7 @@ func (c *company) handleList(w http.ResponseWriter, r *http.Request) {
 	if s := qv.Get("trip_id"); s != "" {
 		params.TripID = ptr(s)
 	}
-	recs, err := c.q.RecordList(r.Context(), c.pool, params)
+	recs, err := c.store.list(r.Context(), params)
 	if err != nil {
 		c.reply(w, r, answer{}, fmt.Errorf("list: %w", err))
 		return
@@ -477,7 +445,7 @@ func (c *company) handleList(w http.ResponseWriter, r *http.Request) {
 // handleStatement serves GET /statements/{card_token}: the card's lines,
 // oldest first. amount_cents is positive; kind says charge or refund.
 func (c *company) handleStatement(w http.ResponseWriter, r *http.Request) {
-	lines, err := c.q.StatementLineListByCardToken(r.Context(), c.pool, r.PathValue("card_token"))
+	lines, err := c.store.statement(r.Context(), r.PathValue("card_token"))
 	if err != nil {
 		c.reply(w, r, answer{}, fmt.Errorf("statement: %w", err))
 		return

@@ -2,7 +2,8 @@
 // the hotel, the card processor, the car firm and the mail relay. Each
 // speaks exactly the provider contract (docs: contracts/providers.md) over
 // HTTP/JSON and keeps its records in its own PostgreSQL schema (sim_hotel,
-// sim_payments, sim_cars, sim_mail), so records survive a restart.
+// sim_payments, sim_cars, sim_mail), so records survive a restart; or, with
+// Config.Memory, in memory (for benchmarks).
 //
 // One [http.Handler] serves all four under path prefixes:
 //
@@ -35,14 +36,19 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tripsaga/tripsaga/sim/internal/dbsqlc"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
 // Config configures [New].
 type Config struct {
 	// DatabaseURL is the PostgreSQL database holding the companies' schemas.
-	// Required.
+	// Required unless Memory is set.
 	DatabaseURL string
+	// Memory keeps the records in this process's memory instead of
+	// PostgreSQL: nothing survives a restart, and the database spends no
+	// CPU on the companies (for benchmarks).
+	Memory bool
 	// Logger receives request and fault logs. Nil discards them.
 	Logger *slog.Logger
 }
@@ -69,10 +75,11 @@ type Simulators struct {
 
 // New migrates the four company schemas (sim_hotel, sim_payments, sim_cars,
 // sim_mail) in cfg.DatabaseURL, opens one connection pool per company and
-// returns the simulators. Records already in the database are kept.
+// returns the simulators. Records already in the database are kept. With
+// cfg.Memory it touches no database and starts with no records.
 func New(ctx context.Context, cfg Config) (*Simulators, error) {
-	if cfg.DatabaseURL == "" {
-		return nil, errors.New("sim: Config.DatabaseURL is required")
+	if cfg.DatabaseURL == "" && !cfg.Memory {
+		return nil, errors.New("sim: Config.DatabaseURL is required (or Config.Memory)")
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -86,6 +93,10 @@ func New(ctx context.Context, cfg Config) (*Simulators, error) {
 		closing: make(chan struct{}),
 	}
 	for _, sp := range specs() {
+		if cfg.Memory {
+			s.companies = append(s.companies, newCompany(s, sp, newMemStore()))
+			continue
+		}
 		c, err := s.openCompany(ctx, cfg.DatabaseURL, sp)
 		if err != nil {
 			s.Close()
@@ -115,7 +126,7 @@ func (s *Simulators) openCompany(ctx context.Context, databaseURL string, sp *sp
 	if err != nil {
 		return nil, fmt.Errorf("sim %s: open pool: %w", sp.name, err)
 	}
-	return newCompany(s, sp, pool), nil
+	return newCompany(s, sp, &pgStore{pool: pool, q: dbsqlc.New()}), nil
 }
 
 // Handler serves the four companies under /hotel, /payments, /cars and
@@ -138,7 +149,7 @@ func (s *Simulators) Close() {
 	s.cancel()
 	s.wg.Wait()
 	for _, c := range s.companies {
-		c.pool.Close()
+		c.store.close()
 	}
 }
 
@@ -160,7 +171,7 @@ func (s *Simulators) goLate(fn func()) bool {
 
 func (s *Simulators) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	for _, c := range s.companies {
-		if err := c.pool.Ping(r.Context()); err != nil {
+		if err := c.store.ping(r.Context()); err != nil {
 			s.log.WarnContext(r.Context(), "sim healthz", "company", c.sp.name, "error", err)
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "company": c.sp.name})
 			return

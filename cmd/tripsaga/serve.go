@@ -27,7 +27,7 @@ func serveCmd() *cobra.Command {
 		"trips": trips.Run, "hotel": hotel.Run, "payment": payment.Run, "car": car.Run,
 		"reconciler": reconciler.Run, "sim": serveSim,
 	}
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:       "serve <trips|hotel|payment|car|reconciler|sim>",
 		Short:     "Run one process, configured by the environment (NATS_URL, DATABASE_URL, HTTP_ADDR, HOTEL_URL, PAYMENTS_URL, CARS_URL, MAIL_URL)",
 		Args:      cobra.ExactArgs(1),
@@ -44,16 +44,24 @@ func serveCmd() *cobra.Command {
 			return run(cmd.Context(), env)
 		},
 	}
+	cmd.Flags().BoolVar(&simMemory, "memory", os.Getenv("SIM_MEMORY") == "1", "sim only: keep the companies' records in memory, lost at exit (default from SIM_MEMORY=1; the bench uses it)")
+	return cmd
 }
+
+// simMemory is serve's --memory flag.
+var simMemory bool //nolint:gochecknoglobals // a flag
 
 // serveSim runs the four company simulators on HTTP_ADDR, under /hotel,
 // /payments, /cars and /mail.
 func serveSim(ctx context.Context, env app.Env) error {
-	if err := env.Require("DATABASE_URL", "HTTP_ADDR"); err != nil {
+	if err := env.Require("HTTP_ADDR"); err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("service", "sim")
-	sims, err := sim.New(ctx, sim.Config{DatabaseURL: env.DatabaseURL, Logger: log})
+	if err := env.Require("DATABASE_URL"); err != nil && !simMemory {
+		return fmt.Errorf("sim: %w (or --memory)", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("service", "sim", "memory", simMemory)
+	sims, err := sim.New(ctx, sim.Config{DatabaseURL: env.DatabaseURL, Logger: log, Memory: simMemory})
 	if err != nil {
 		return err
 	}
