@@ -3,7 +3,9 @@
 // it so that nothing depends on a system PostgreSQL.
 //
 // PostgreSQL refuses to run as root. When the effective uid is 0 the
-// binaries run as the "postgres" OS user, and the folder is handed to it.
+// binaries run as the "postgres" OS user, and the folder is handed to it;
+// when postgres cannot reach the folder, the cluster lives in a folder made
+// for it under [RootHome] instead (see [Start]).
 package pgcluster
 
 import (
@@ -42,14 +44,36 @@ type Config struct {
 	Settings map[string]string
 }
 
+// RootHome holds, when Start runs as root and the postgres OS user cannot
+// reach Config.Dir (a parent folder denies it search permission), one
+// folder per such cluster: owned by postgres, mode 0700, linked from
+// Config.Dir/data (and Config.Dir/postgres.log). Removing Config.Dir leaves
+// that folder behind.
+const RootHome = "/var/lib/tripsaga/postgres"
+
+// ErrUnreachable is returned by [Start], run as root, when the postgres OS
+// user cannot reach the cluster's folder and no folder made for it can be
+// used. Start never changes the modes of folders above Config.Dir.
+var ErrUnreachable = errors.New("pgcluster: the postgres OS user cannot reach the cluster's folder (a parent folder denies it search permission, and tripsaga does not change the modes of folders it was not given)")
+
 // Cluster is a running private PostgreSQL server.
 type Cluster struct {
 	cfg  Config
 	bin  string
 	cred *syscall.Credential
+	home string // holds data/, postgres.log and the socket: Config.Dir or a folder under RootHome
+	pid  int
 	Port int
 	// URL is a libpq URL for the "postgres" database, as superuser postgres.
 	URL string
+	// DataDir is the cluster's data folder: Config.Dir/data, or, run as
+	// root when postgres cannot reach Config.Dir, a folder under
+	// [RootHome] that Config.Dir/data links to.
+	DataDir string
+	// Adopted is true when Start found a server already running on the
+	// cluster (its runner was killed without stopping it) and used it
+	// instead of starting one.
+	Adopted bool
 }
 
 // FindBinaries returns the folder holding initdb and pg_ctl, or [ErrNoBinaries].
@@ -75,7 +99,14 @@ func FindBinaries() (string, error) {
 }
 
 // Start makes the cluster if Dir holds none, starts it and waits until it
-// accepts connections. Call [Cluster.Stop] to shut it down.
+// accepts connections. A server already running on the cluster (its runner
+// was killed) is adopted instead: [Cluster.Adopted] says so. Call
+// [Cluster.Stop] to shut it down.
+//
+// Run as root, Start never changes the modes of Dir's parents: when the
+// postgres OS user can reach Dir, the cluster lives there (Dir is handed
+// to postgres); otherwise it lives in a new folder made for postgres under
+// [RootHome], linked from Dir/data and Dir/postgres.log.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	bin, err := FindBinaries()
 	if err != nil {
@@ -84,10 +115,13 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("pgcluster: Config.Dir is required")
 	}
+	if cfg.Dir, err = filepath.Abs(cfg.Dir); err != nil {
+		return nil, fmt.Errorf("pgcluster: %w", err)
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
-	c := &Cluster{cfg: cfg, bin: bin}
+	c := &Cluster{cfg: cfg, bin: bin, home: cfg.Dir}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -96,14 +130,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
 		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := chownAll(cfg.Dir, uid, gid); err != nil {
-			return nil, err
-		}
-		if err := allowTraverse(cfg.Dir); err != nil {
+		if err := c.placeForPostgres(ctx, uid, gid); err != nil {
 			return nil, err
 		}
 	}
-	data := filepath.Join(cfg.Dir, "data")
+	c.DataDir = filepath.Join(c.home, "data")
+	data := c.DataDir
 	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err != nil {
 		if err := os.MkdirAll(data, 0o700); err != nil {
 			return nil, err
@@ -123,6 +155,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	// started twice.
 	if p, ok := c.running(ctx, data); ok {
 		c.Port = p
+		c.Adopted = true
+		c.pid, _ = c.readPid()
 		c.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p)
 		return c, nil
 	}
@@ -133,29 +167,98 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 	}
 	c.Port = port
-	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -k %s -c max_connections=300 -c shared_buffers=128MB", port, cfg.Dir)
-	if !cfg.Durable {
-		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-	}
-	extra, err := settingOptions(cfg.Settings)
-	if err != nil {
+	if err := c.start(ctx); err != nil {
 		return nil, err
-	}
-	opts += extra
-	logFile := filepath.Join(cfg.Dir, "postgres.log")
-	if out, err := c.run(ctx, "pg_ctl", "-D", data, "-l", logFile, "-o", opts, "-w", "-t", "60", "start"); err != nil {
-		log, _ := os.ReadFile(logFile)
-		return nil, fmt.Errorf("pgcluster: pg_ctl start: %w\n%s\n%s", err, out, tail(string(log), 2000))
 	}
 	c.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 	return c, nil
+}
+
+// start runs pg_ctl start on c.Port and records the postmaster's pid.
+func (c *Cluster) start(ctx context.Context) error {
+	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -k %s -c max_connections=300 -c shared_buffers=128MB", c.Port, c.home)
+	if !c.cfg.Durable {
+		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	extra, err := settingOptions(c.cfg.Settings)
+	if err != nil {
+		return err
+	}
+	opts += extra
+	logFile := filepath.Join(c.home, "postgres.log")
+	if out, err := c.run(ctx, "pg_ctl", "-D", c.DataDir, "-l", logFile, "-o", opts, "-w", "-t", "60", "start"); err != nil {
+		log, _ := os.ReadFile(logFile)
+		return fmt.Errorf("pgcluster: pg_ctl start: %w\n%s\n%s", err, out, tail(string(log), 2000))
+	}
+	pid, err := c.readPid()
+	if err != nil {
+		return err
+	}
+	c.pid = pid
+	return nil
+}
+
+// Restart starts the server again on the same port after it died (say,
+// the postmaster was killed with SIGKILL), and waits until it accepts
+// connections. A server that still runs is left alone. Errors are those of
+// pg_ctl start, with the tail of the server's log; PostgreSQL may refuse
+// to start while the dead server's backends are still exiting, so callers
+// retry.
+func (c *Cluster) Restart(ctx context.Context) error {
+	if c.Alive() {
+		return nil
+	}
+	return c.start(ctx)
+}
+
+// Pid returns the postmaster's process id, as recorded when the server was
+// started or adopted.
+func (c *Cluster) Pid() int { return c.pid }
+
+// Alive reports whether the postmaster recorded by [Cluster.Pid] still
+// runs; a killed postmaster that no one has reaped yet (a zombie) is dead.
+func (c *Cluster) Alive() bool { return processAlive(c.pid) }
+
+// processAlive reports whether pid names a live process that is not a
+// zombie.
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	// "pid (comm) S ...": the state follows the last ')'.
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z' && s[i+2] != 'X'
+	}
+	return true
+}
+
+// readPid reads the postmaster's pid from line 1 of postmaster.pid.
+func (c *Cluster) readPid() (int, error) {
+	b, err := os.ReadFile(filepath.Join(c.DataDir, "postmaster.pid"))
+	if err != nil {
+		return 0, fmt.Errorf("pgcluster: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		return 0, fmt.Errorf("pgcluster: postmaster.pid: %w", err)
+	}
+	return pid, nil
 }
 
 // Stop shuts the server down (fast mode) and waits for it.
 func (c *Cluster) Stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if out, err := c.run(ctx, "pg_ctl", "-D", filepath.Join(c.cfg.Dir, "data"), "-m", "fast", "-w", "stop"); err != nil {
+	if out, err := c.run(ctx, "pg_ctl", "-D", c.DataDir, "-m", "fast", "-w", "stop"); err != nil {
 		return fmt.Errorf("pgcluster: pg_ctl stop: %w\n%s", err, out)
 	}
 	return nil
@@ -163,7 +266,7 @@ func (c *Cluster) Stop() error {
 
 func (c *Cluster) run(ctx context.Context, name string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, name), args...)
-	cmd.Dir = c.cfg.Dir
+	cmd.Dir = c.home
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	if c.cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
@@ -177,6 +280,11 @@ func (c *Cluster) run(ctx context.Context, name string, args ...string) ([]byte,
 // postmaster.pid).
 func (c *Cluster) running(ctx context.Context, data string) (int, bool) {
 	if _, err := c.run(ctx, "pg_ctl", "-D", data, "status"); err != nil {
+		return 0, false
+	}
+	// pg_ctl status counts a killed postmaster no one reaped (a zombie)
+	// as running.
+	if pid, err := c.readPid(); err != nil || !processAlive(pid) {
 		return 0, false
 	}
 	b, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
@@ -219,28 +327,89 @@ func chownAll(dir string, uid, gid int) error {
 	})
 }
 
-// allowTraverse adds o+x (search, not read) to every ancestor of dir that
-// lacks it, so the postgres OS user can reach its cluster folder even under
-// a 0700 home such as /root.
-func allowTraverse(dir string) error {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return err
-	}
-	for p := filepath.Dir(abs); ; p = filepath.Dir(p) {
-		fi, err := os.Stat(p)
+// placeForPostgres decides where the cluster lives when the binaries run
+// as the postgres OS user (uid, gid): in Dir when postgres can reach it,
+// else in a new folder under [RootHome] linked from Dir. It never changes
+// the mode of a folder above Dir.
+func (c *Cluster) placeForPostgres(ctx context.Context, uid, gid int) error {
+	link := filepath.Join(c.cfg.Dir, "data")
+	if fi, err := os.Lstat(link); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		target, err := os.Readlink(link)
 		if err != nil {
 			return fmt.Errorf("pgcluster: %w", err)
 		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			if err := os.Chmod(p, fi.Mode().Perm()|0o001); err != nil {
-				return fmt.Errorf("pgcluster: the postgres user cannot reach %s: %w", dir, err)
+		home := filepath.Dir(target)
+		if _, err := os.Stat(home); err == nil {
+			if !c.reachable(ctx, home) {
+				return fmt.Errorf("%w: %s (linked from %s)", ErrUnreachable, home, link)
 			}
-		}
-		if p == filepath.Dir(p) {
+			c.home = home
 			return nil
 		}
+		// The folder the link names is gone: make a new one.
+		if err := os.Remove(link); err != nil {
+			return fmt.Errorf("pgcluster: %w", err)
+		}
 	}
+	if err := chownAll(c.cfg.Dir, uid, gid); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	if c.reachable(ctx, c.cfg.Dir) {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(link, "PG_VERSION")); err == nil {
+		return fmt.Errorf("%w: the cluster in %s was made there earlier; move the folder somewhere postgres can reach, or grant search permission on its parents yourself (chmod o+x)", ErrUnreachable, link)
+	}
+	if err := os.MkdirAll(RootHome, 0o755); err != nil {
+		return fmt.Errorf("pgcluster: a folder for the postgres user: %w", err)
+	}
+	home, err := os.MkdirTemp(RootHome, homeName(c.cfg.Dir)+"-")
+	if err != nil {
+		return fmt.Errorf("pgcluster: a folder for the postgres user: %w", err)
+	}
+	if err := os.Chown(home, uid, gid); err != nil {
+		_ = os.RemoveAll(home)
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	if !c.reachable(ctx, home) {
+		_ = os.RemoveAll(home)
+		return fmt.Errorf("%w: neither %s nor %s", ErrUnreachable, c.cfg.Dir, home)
+	}
+	if err := os.Symlink(filepath.Join(home, "data"), link); err != nil {
+		_ = os.RemoveAll(home)
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	logLink := filepath.Join(c.cfg.Dir, "postgres.log")
+	_ = os.Remove(logLink)
+	_ = os.Symlink(filepath.Join(home, "postgres.log"), logLink)
+	c.home = home
+	return nil
+}
+
+// reachable reports whether the postgres OS user can enter dir: it runs
+// "pg_ctl --version" as postgres in dir, which fails if any parent folder
+// denies postgres search permission (modes, groups and ACLs alike).
+func (c *Cluster) reachable(ctx context.Context, dir string) bool {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, "pg_ctl"), "--version")
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	return cmd.Run() == nil
+}
+
+// homeName is a readable prefix for a cluster's folder under [RootHome]:
+// the name of the folder above dir (the runner's folder, e.g. "x" for
+// x/pg), reduced to letters, digits, '.', '_' and '-'.
+func homeName(dir string) string {
+	name := []byte(filepath.Base(filepath.Dir(dir)))
+	for i, b := range name {
+		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '.' || b == '_' || b == '-') {
+			name[i] = '_'
+		}
+	}
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	return strings.TrimLeft(string(name), ".")
 }
 
 func freePort() (int, error) {

@@ -1,0 +1,245 @@
+package pgcluster
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// traversableTemp returns a new folder the postgres OS user can enter (run
+// as root): the test made it, so it may choose its mode. t.TempDir's
+// parent is 0700, which would send the cluster to RootHome.
+func traversableTemp(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pgcluster-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func start(t *testing.T, cfg Config) *Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	return c
+}
+
+func query(t *testing.T, url, sql string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	defer conn.Close(ctx)
+	var s string
+	if err := conn.QueryRow(ctx, sql).Scan(&s); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return s
+}
+
+func execSQL(t *testing.T, url, sql string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// waitFor polls cond until it holds; the bound only stops a hung test.
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("never: %s", what)
+}
+
+// TestRestartAfterKill: a postmaster killed with SIGKILL is seen dead (even
+// while it is an unreaped zombie) and Restart brings the same cluster back
+// on the same port, data intact.
+func TestRestartAfterKill(t *testing.T) {
+	c := start(t, Config{Dir: filepath.Join(traversableTemp(t), "pg"), Durable: true})
+	execSQL(t, c.URL, "CREATE TABLE kept (x int)")
+	old := c.Pid()
+	if !c.Alive() {
+		t.Fatal("a started cluster is not alive")
+	}
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return !c.Alive() }, "the killed postmaster is seen dead")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var err error
+	waitFor(t, func() bool { err = c.Restart(ctx); return err == nil }, "Restart succeeds")
+	if !c.Alive() || c.Pid() == old {
+		t.Fatalf("after Restart: alive %v, pid %d (was %d)", c.Alive(), c.Pid(), old)
+	}
+	if got := query(t, c.URL, "SELECT to_regclass('kept')::text"); got != "kept" {
+		t.Fatalf("table after restart: %q", got)
+	}
+}
+
+// TestAdoptsARunningServer: a second Start on a cluster whose server runs
+// (its runner was killed) adopts it and says so; a second Start after the
+// postmaster was killed starts a new one instead of adopting the dead pid.
+func TestAdoptsARunningServer(t *testing.T) {
+	dir := filepath.Join(traversableTemp(t), "pg")
+	first := start(t, Config{Dir: dir})
+	if first.Adopted {
+		t.Fatal("a fresh cluster says it was adopted")
+	}
+	second := start(t, Config{Dir: dir})
+	if !second.Adopted || second.Pid() != first.Pid() || second.Port != first.Port {
+		t.Fatalf("second Start: adopted %v pid %d port %d; first pid %d port %d", second.Adopted, second.Pid(), second.Port, first.Pid(), first.Port)
+	}
+	if err := syscall.Kill(first.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return !first.Alive() }, "the killed postmaster is seen dead")
+	var third *Cluster
+	waitFor(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := Start(ctx, Config{Dir: dir})
+		if err != nil {
+			return false // the dead server's backends may still be exiting
+		}
+		third = c
+		return true
+	}, "Start after the kill")
+	t.Cleanup(func() { _ = third.Stop() })
+	if third.Adopted || third.Pid() == first.Pid() {
+		t.Fatalf("Start after the postmaster died adopted %v pid %d (dead pid %d)", third.Adopted, third.Pid(), first.Pid())
+	}
+	query(t, third.URL, "SELECT 'ok'")
+}
+
+func modes(t *testing.T, paths ...string) map[string]os.FileMode {
+	t.Helper()
+	m := map[string]os.FileMode{}
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[p] = fi.Mode()
+	}
+	return m
+}
+
+// TestRootNeverChmodsParents (issue 7 item 4): run as root with a cluster
+// folder under a 0700 folder, Start changes no folder above Dir: the
+// cluster lives in a folder made for postgres under RootHome, linked from
+// Dir/data, and a later Start finds it there again.
+func TestRootNeverChmodsParents(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only root hands the cluster to the postgres OS user")
+	}
+	base := t.TempDir()
+	priv := filepath.Join(base, "priv")
+	if err := os.Mkdir(priv, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(priv, "x", "pg")
+	before := modes(t, base, priv, filepath.Dir(base))
+
+	c := start(t, Config{Dir: dir})
+	home := filepath.Dir(c.DataDir)
+	t.Cleanup(func() { _ = os.RemoveAll(home) })
+	if after := modes(t, base, priv, filepath.Dir(base)); !equalModes(before, after) {
+		t.Fatalf("modes changed: before %v, after %v", before, after)
+	}
+	if !strings.HasPrefix(c.DataDir, RootHome+"/") {
+		t.Fatalf("DataDir %s is not under %s", c.DataDir, RootHome)
+	}
+	if target, err := os.Readlink(filepath.Join(dir, "data")); err != nil || target != c.DataDir {
+		t.Fatalf("%s/data links to %q (%v), want %s", dir, target, err, c.DataDir)
+	}
+	execSQL(t, c.URL, "CREATE TABLE kept (x int)")
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	again := start(t, Config{Dir: dir})
+	if again.DataDir != c.DataDir {
+		t.Fatalf("second Start used %s, first %s", again.DataDir, c.DataDir)
+	}
+	if got := query(t, again.URL, "SELECT to_regclass('kept')::text"); got != "kept" {
+		t.Fatalf("table after a second Start: %q", got)
+	}
+	if after := modes(t, base, priv, filepath.Dir(base)); !equalModes(before, after) {
+		t.Fatalf("modes changed: before %v, after %v", before, after)
+	}
+}
+
+// TestRootRefusesAnUnreachableCluster: a cluster already made in a folder
+// postgres cannot reach is refused with ErrUnreachable, modes untouched.
+func TestRootRefusesAnUnreachableCluster(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only root hands the cluster to the postgres OS user")
+	}
+	base := t.TempDir()
+	priv := filepath.Join(base, "priv")
+	dir := filepath.Join(priv, "pg")
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(priv, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "data", "PG_VERSION"), []byte("15\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := modes(t, base, priv)
+	_, err := Start(context.Background(), Config{Dir: dir})
+	if !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("Start: %v, want ErrUnreachable", err)
+	}
+	if !strings.Contains(err.Error(), "chmod o+x") {
+		t.Fatalf("the error does not say what to do: %v", err)
+	}
+	if after := modes(t, base, priv); !equalModes(before, after) {
+		t.Fatalf("modes changed: before %v, after %v", before, after)
+	}
+}
+
+func equalModes(a, b map[string]os.FileMode) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
