@@ -2,8 +2,12 @@
 // server with JetStream (data in a folder), a private PostgreSQL cluster
 // (unless a DATABASE_URL is given), the company simulators and every service
 // as its own child process of the tripsaga binary, supervised: a child that
-// dies (say, killed with SIGKILL) is started again. `tripsaga up`, `tripsaga
-// demo` and the end-to-end tests all use it.
+// dies (say, killed with SIGKILL) is started again, and so are the
+// PostgreSQL server and the embedded NATS server, on the same ports.
+// `tripsaga up`, `tripsaga demo` and the end-to-end tests all use it.
+//
+// A folder runs one stack at a time: a running stack holds the folder's
+// [LockFile] and writes its URLs to [EnvFile].
 package stack
 
 import (
@@ -33,7 +37,10 @@ var Processes = []string{"sim", "hotel", "payment", "car", "trips", "reconciler"
 
 // Config says where and how to run the stack.
 type Config struct {
-	// Dir holds nats/, pg/ and logs/. Required.
+	// Dir holds nats/, pg/, logs/, [LockFile] and [EnvFile]. Required.
+	// Run as root with a private cluster, Dir itself is given search
+	// permission for others (o+x) so the postgres OS user can reach Dir/pg;
+	// no folder above Dir is ever changed (see pgcluster.Start).
 	Dir string
 	// Binary is the tripsaga executable started for each child. Defaults
 	// to the running executable.
@@ -41,7 +48,8 @@ type Config struct {
 	// DatabaseURL, when set, is used instead of a private cluster.
 	DatabaseURL string
 	// BasePort: when non-zero, NATS listens on BasePort and the processes
-	// on BasePort+1... in [Processes] order; otherwise free ports.
+	// on BasePort+1... in [Processes] order; otherwise free ports. A port
+	// in use fails [Start] with a [*PortInUseError].
 	BasePort int
 	// Durable keeps fsync on in the private cluster.
 	Durable bool
@@ -59,12 +67,36 @@ type Stack struct {
 	// Addr maps each process to its HTTP address (host:port).
 	Addr map[string]string
 
-	nats    *server.Server
-	pg      *pgcluster.Cluster
-	mu      sync.Mutex
-	procs   map[string]*child
-	stopped bool
+	// PostgresAdopted is true when a PostgreSQL server left running on the
+	// private cluster (its stack was killed without stopping it) was
+	// adopted instead of started; Stop stops it all the same.
+	PostgresAdopted bool
+
+	lock     *os.File
+	natsOpts server.Options
+	nats     *server.Server
+	pg       *pgcluster.Cluster
+	mu       sync.Mutex
+	procs    map[string]*child
+	stopped  bool
+	quit     chan struct{} // closed by Stop: ends the watch of PostgreSQL and NATS
+	watching sync.WaitGroup
 }
+
+// PortInUseError is returned by [Start] when Config.BasePort is set and
+// one of the ports it needs is taken.
+type PortInUseError struct {
+	Port int
+	// For names what the port was for: "NATS" or a process name.
+	For string
+	Err error
+}
+
+func (e *PortInUseError) Error() string {
+	return fmt.Sprintf("stack: port %d (for %s) is in use: %v", e.Port, e.For, e.Err)
+}
+
+func (e *PortInUseError) Unwrap() error { return e.Err }
 
 type child struct {
 	name     string
@@ -83,7 +115,9 @@ func (s *Stack) CompanyURLs() map[string]string {
 }
 
 // Start brings the whole stack up and waits until every process is ready
-// (GET /readyz answers 200).
+// (GET /readyz answers 200). Errors wrap [ErrDirInUse] when another stack
+// runs in cfg.Dir, or are a [*PortInUseError] when a port of
+// cfg.BasePort's range is taken.
 func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("stack: Dir is required")
@@ -98,69 +132,211 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		}
 		cfg.Binary = exe
 	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("stack: %w", err)
+	}
+	lock, err := lockDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stack{cfg: cfg, Addr: map[string]string{}, procs: map[string]*child{}, lock: lock, quit: make(chan struct{})}
+	if err := s.start(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	s.watching.Add(1)
+	go s.watch()
+	return s, nil
+}
+
+func (s *Stack) start(ctx context.Context) error {
+	cfg := s.cfg
 	for _, d := range []string{"nats", "logs"} {
 		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o755); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	s := &Stack{cfg: cfg, Addr: map[string]string{}, procs: map[string]*child{}}
+	_ = os.Remove(filepath.Join(cfg.Dir, EnvFile)) // a killed stack's
 	natsPort := -1
 	if cfg.BasePort != 0 {
 		natsPort = cfg.BasePort
+		if err := checkPorts(cfg.BasePort); err != nil {
+			return err
+		}
 	}
-	ns, err := server.NewServer(&server.Options{
+	s.natsOpts = server.Options{
 		ServerName: "tripsaga", Host: "127.0.0.1", Port: natsPort, JetStream: true,
 		StoreDir: filepath.Join(cfg.Dir, "nats"), NoSigs: true, NoLog: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("stack: nats: %w", err)
 	}
-	go ns.Start()
-	if !ns.ReadyForConnections(30 * time.Second) {
-		ns.Shutdown()
-		return nil, errors.New("stack: embedded NATS did not start")
+	ns, err := startNATS(s.natsOpts)
+	if err != nil {
+		return err
 	}
 	s.nats = ns
 	s.NATSURL = ns.ClientURL()
+	// Restarts listen where the children already point.
+	s.natsOpts.Port = ns.Addr().(*net.TCPAddr).Port
 	s.DatabaseURL = cfg.DatabaseURL
 	if s.DatabaseURL == "" {
+		if os.Geteuid() == 0 {
+			if err := allowSearch(cfg.Dir); err != nil {
+				return err
+			}
+		}
 		pg, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(cfg.Dir, "pg"), Durable: cfg.Durable})
 		if err != nil {
-			s.Stop()
-			return nil, err
+			return err
 		}
 		s.pg = pg
 		s.DatabaseURL = pg.URL
+		if pg.Adopted {
+			s.PostgresAdopted = true
+			cfg.Logger.Warn("adopted a PostgreSQL server left running in this folder (an earlier stack here was killed without stopping it); it is stopped with this one",
+				"pid", pg.Pid(), "port", pg.Port, "data", pg.DataDir)
+		}
 	}
 	for i, name := range Processes {
 		port := 0
 		if cfg.BasePort != 0 {
 			port = cfg.BasePort + 1 + i
 		} else if port, err = freePort(); err != nil {
-			s.Stop()
-			return nil, err
+			return err
 		}
 		s.Addr[name] = "127.0.0.1:" + strconv.Itoa(port)
 	}
 	for _, name := range Processes {
 		if err := s.startChild(name); err != nil {
-			s.Stop()
-			return nil, err
+			return err
 		}
 		if name == "sim" { // the services need their companies first
 			if err := s.WaitReady(ctx, "sim"); err != nil {
-				s.Stop()
-				return nil, err
+				return err
 			}
 		}
 	}
 	for _, name := range Processes {
 		if err := s.WaitReady(ctx, name); err != nil {
-			s.Stop()
-			return nil, err
+			return err
 		}
 	}
-	return s, nil
+	return s.writeEnvFile()
+}
+
+// checkPorts fails with a [*PortInUseError] naming the first port of
+// base..base+len(Processes) that cannot be listened on.
+func checkPorts(base int) error {
+	for i := 0; i <= len(Processes); i++ {
+		what := "NATS"
+		if i > 0 {
+			what = Processes[i-1]
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
+		if err != nil {
+			return &PortInUseError{Port: base + i, For: what, Err: err}
+		}
+		l.Close()
+	}
+	return nil
+}
+
+func startNATS(opts server.Options) (*server.Server, error) {
+	ns, err := server.NewServer(&opts)
+	if err != nil {
+		return nil, fmt.Errorf("stack: nats: %w", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("stack: embedded NATS did not start on 127.0.0.1:%d", opts.Port)
+	}
+	return ns, nil
+}
+
+// allowSearch adds o+x to dir itself (the folder the stack was given, never
+// one above it), so the postgres OS user can reach dir/pg.
+func allowSearch(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("stack: %w", err)
+	}
+	if fi.Mode().Perm()&0o001 != 0 {
+		return nil
+	}
+	if err := os.Chmod(dir, fi.Mode().Perm()|0o001); err != nil {
+		return fmt.Errorf("stack: %w", err)
+	}
+	return nil
+}
+
+// watch supervises PostgreSQL (the private cluster's postmaster) and the
+// embedded NATS server until Stop: one that died is started again on the
+// same port, and the Logger says so.
+func (s *Stack) watch() {
+	defer s.watching.Done()
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-t.C:
+		}
+		if s.pg != nil && !s.pg.Alive() {
+			s.restartPostgres()
+		}
+		s.mu.Lock()
+		ns := s.nats
+		s.mu.Unlock()
+		if ns != nil && (!ns.Running() || !ns.JetStreamEnabled()) {
+			s.restartNATS(ns)
+		}
+	}
+}
+
+// retry calls f until it succeeds or Stop, waiting 250 ms doubling to 5 s
+// between attempts; it reports whether f succeeded.
+func (s *Stack) retry(what string, f func(context.Context) error) bool {
+	wait := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		err := f(ctx)
+		cancel()
+		if err == nil {
+			return true
+		}
+		s.cfg.Logger.Error(what+" failed; trying again", "attempt", attempt, "in", wait, "err", err)
+		select {
+		case <-s.quit:
+			return false
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+func (s *Stack) restartPostgres() {
+	s.cfg.Logger.Warn("PostgreSQL exited; restarting it", "pid", s.pg.Pid(), "port", s.pg.Port, "log", filepath.Join(filepath.Dir(s.pg.DataDir), "postgres.log"))
+	if s.retry("PostgreSQL restart", s.pg.Restart) {
+		s.cfg.Logger.Warn("PostgreSQL restarted", "pid", s.pg.Pid(), "port", s.pg.Port)
+	}
+}
+
+func (s *Stack) restartNATS(old *server.Server) {
+	s.cfg.Logger.Warn("embedded NATS stopped; restarting it", "url", s.NATSURL)
+	old.Shutdown()
+	old.WaitForShutdown()
+	var ns *server.Server
+	if !s.retry("NATS restart", func(context.Context) error {
+		var err error
+		ns, err = startNATS(s.natsOpts)
+		return err
+	}) {
+		return
+	}
+	s.mu.Lock()
+	s.nats = ns
+	s.mu.Unlock()
+	s.cfg.Logger.Warn("embedded NATS restarted", "url", s.NATSURL)
 }
 
 // LogPath returns the log file of a process.
@@ -278,12 +454,20 @@ func (s *Stack) WaitReady(ctx context.Context, name string) error {
 }
 
 // Stop stops the services (SIGTERM, then SIGKILL after 10 s), then the
-// simulators, PostgreSQL and NATS.
+// simulators, PostgreSQL and NATS, removes [EnvFile] and releases the
+// folder's lock. Calling it again does nothing.
 func (s *Stack) Stop() {
 	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
 	s.stopped = true
 	procs := s.procs
 	s.mu.Unlock()
+	close(s.quit)
+	s.watching.Wait()
+	_ = os.Remove(filepath.Join(s.cfg.Dir, EnvFile))
 	for i := len(Processes) - 1; i >= 0; i-- {
 		c := procs[Processes[i]]
 		if c == nil {
@@ -305,6 +489,9 @@ func (s *Stack) Stop() {
 	if s.nats != nil {
 		s.nats.Shutdown()
 		s.nats.WaitForShutdown()
+	}
+	if s.lock != nil {
+		s.lock.Close() // releases the folder's lock
 	}
 }
 
