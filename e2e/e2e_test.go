@@ -40,6 +40,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	// Our own folder: searchable, so the postgres OS user (run as root)
+	// reaches the private cluster in dir/stack/pg.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	bin := filepath.Join(dir, "tripsaga")
 	build := exec.Command("go", "build", "-o", bin, "../cmd/tripsaga")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
