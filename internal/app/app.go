@@ -165,7 +165,10 @@ func (p *Process) Close() {
 }
 
 // Serve serves HTTP on Env.HTTPAddr until ctx ends: Mux plus /healthz,
-// /readyz (ready, and PostgreSQL and NATS answer) and /metrics.
+// /readyz (ready, and PostgreSQL and NATS answer) and /metrics. A path or
+// method Mux does not serve answers 404 or 405 problem+json (see
+// [Problems]); while NATS is disconnected every API path answers 503
+// problem+json with Retry-After (see [Guard]).
 func (p *Process) Serve(ctx context.Context) error {
 	p.Mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
@@ -194,7 +197,7 @@ func (p *Process) Serve(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("HTTP_ADDR %s: %w", p.Env.HTTPAddr, err)
 	}
-	srv := &http.Server{Handler: p.Mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: Guard(p.NATS, Problems(p.Mux)), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

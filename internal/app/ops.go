@@ -4,25 +4,34 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/saga"
 )
 
 // HandleOps serves the step log for operators: GET /incidents and
-// GET /steps/{trip_id}.
+// GET /steps/{trip_id}, as JSON {"items":[...]}. A trip id that cannot be
+// one (see events.ValidateTripID: a NUL, a byte that is not UTF-8, a
+// space...) answers 404 problem+json; PostgreSQL unreachable answers 503
+// (see [WriteError]).
 func (p *Process) HandleOps() {
 	p.Mux.HandleFunc("GET /incidents", func(w http.ResponseWriter, r *http.Request) {
 		items, err := saga.Incidents(r.Context(), p.Pool)
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+			WriteError(w, r, p.Log, "incidents", err)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"items": items})
 	})
 	p.Mux.HandleFunc("GET /steps/{trip_id}", func(w http.ResponseWriter, r *http.Request) {
-		items, err := saga.Steps(r.Context(), p.Pool, r.PathValue("trip_id"))
+		trip := r.PathValue("trip_id")
+		if events.ValidateTripID(trip) != nil {
+			WriteNotFound(w, r, "No such trip: not a trip id")
+			return
+		}
+		items, err := saga.Steps(r.Context(), p.Pool, trip)
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+			WriteError(w, r, p.Log, "steps", err)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
