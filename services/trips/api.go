@@ -1,19 +1,22 @@
 package trips
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
-	"net/mail"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/app"
 )
 
 // Prefer: wait bounds (trips-api.md).
@@ -22,37 +25,26 @@ const (
 	WaitMax     = 60 * time.Second
 )
 
-// FieldError names one invalid field of a request, for the "errors" member
-// of an RFC 9457 problem.
-type FieldError struct {
-	Field   string `json:"field"`   // dotted path, e.g. "hotel.nights"
-	Pointer string `json:"pointer"` // JSON Pointer (RFC 6901), e.g. "#/hotel/nights"
-	Detail  string `json:"detail"`
-}
+// FieldError names one invalid field of a request (events.FieldError).
+type FieldError = events.FieldError
 
-// Problem is an RFC 9457 problem details object.
-type Problem struct {
-	Type     string       `json:"type"`
-	Title    string       `json:"title"`
-	Status   int          `json:"status"`
-	Detail   string       `json:"detail,omitempty"`
-	Instance string       `json:"instance,omitempty"`
-	Errors   []FieldError `json:"errors,omitempty"`
-}
+// Problem is an RFC 9457 problem details object (app.Problem).
+type Problem = app.Problem
 
-func writeProblem(w http.ResponseWriter, p Problem) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(p.Status)
-	_ = json.NewEncoder(w).Encode(p)
-}
+func writeProblem(w http.ResponseWriter, p Problem) { app.WriteProblem(w, p) }
 
-var (
-	datePattern     = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}$`)
-	currencyPattern = regexp.MustCompile(`^[A-Z]{3}$`)
+// Problem types of the trips API (trips-api.md).
+const (
+	problemInvalidRequest = "https://tripsaga.io/problems/invalid-trip-request"
+	problemInvalidQuery   = "https://tripsaga.io/problems/invalid-query"
 )
 
 // MaxBodyBytes bounds a POST /trips body; a larger one is answered 413.
 const MaxBodyBytes = 64 << 10
+
+// MaxKeyChars bounds the Idempotency-Key header, in characters (Unicode
+// code points).
+const MaxKeyChars = 255
 
 // leaf kinds of the request's fields.
 const (
@@ -68,12 +60,27 @@ var requestShape = map[string]map[string]string{ //nolint:gochecknoglobals // re
 	"payment":  {"card_token": kindString, "amount_cents": kindInt, "currency": kindString},
 }
 
-// DecodeRequest reads and validates a POST /trips body. It returns every
+// intRange is the accepted range of each integer field, said in its error.
+var intRange = map[string][2]int64{ //nolint:gochecknoglobals // read-only table
+	"hotel.nights":         {events.MinNights, events.MaxNights},
+	"payment.amount_cents": {events.MinAmountCents, events.MaxAmountCents},
+}
+
+// DecodeRequest reads a POST /trips body and validates it as a new
+// booking made at now (events.TripRequest.ValidateNew). It returns every
 // invalid field at once, whether of the wrong JSON type, unknown, missing
-// or out of range; a body that is not one JSON object is one error at "#".
-func DecodeRequest(r io.Reader) (events.TripRequest, []FieldError) {
+// or out of range; a body that is not UTF-8 (RFC 8259 §8.1) or not one
+// JSON object is one error at "#".
+func DecodeRequest(r io.Reader, now time.Time) (events.TripRequest, []FieldError) {
 	var req events.TripRequest
-	dec := json.NewDecoder(r)
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		return req, []FieldError{{Field: "", Pointer: "#", Detail: "reading the body: " + err.Error()}}
+	}
+	if !utf8.Valid(raw) {
+		return req, []FieldError{{Field: "", Pointer: "#", Detail: "body is not UTF-8 (RFC 8259 §8.1)"}}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var doc any
 	if err := dec.Decode(&doc); err != nil {
@@ -121,8 +128,8 @@ func DecodeRequest(r io.Reader) (events.TripRequest, []FieldError) {
 			case kindInt:
 				n, isNum := lv.(json.Number)
 				i, err := n.Int64()
-				if !isNum || err != nil {
-					errs = append(errs, fe(path, "must be a JSON integer"))
+				if rg := intRange[path]; !isNum || err != nil || i < rg[0] || i > rg[1] {
+					errs = append(errs, fe(path, fmt.Sprintf("must be a JSON integer from %d to %d", rg[0], rg[1])))
 					bad[path] = true
 				} else {
 					values[path] = i
@@ -134,68 +141,41 @@ func DecodeRequest(r io.Reader) (events.TripRequest, []FieldError) {
 	num := func(p string) int64 { v, _ := values[p].(int64); return v }
 	req = events.TripRequest{
 		Traveler: events.Person{Name: str("traveler.name"), Email: str("traveler.email")},
-		Hotel:    events.HotelRequest{PropertyID: str("hotel.property_id"), CheckIn: str("hotel.check_in"), Nights: int(max(min(num("hotel.nights"), 1<<30), -1))},
+		Hotel:    events.HotelRequest{PropertyID: str("hotel.property_id"), CheckIn: str("hotel.check_in"), Nights: int(num("hotel.nights"))},
 		Car:      events.CarRequest{CarClass: str("car.car_class"), Pickup: str("car.pickup"), Return: str("car.return")},
 		Payment:  events.PaymentRequest{CardToken: str("payment.card_token"), AmountCents: num("payment.amount_cents"), Currency: str("payment.currency")},
 	}
-	for _, e := range Validate(req) {
-		if !bad[e.Field] {
-			errs = append(errs, e)
+	var re *events.RequestError
+	if errors.As(req.ValidateNew(now), &re) {
+		for _, e := range re.Fields {
+			if !bad[e.Field] {
+				errs = append(errs, e)
+			}
 		}
 	}
 	slices.SortFunc(errs, func(a, b FieldError) int { return strings.Compare(a.Field, b.Field) })
 	return req, errs
 }
 
-func fe(field, detail string) FieldError {
-	return FieldError{Field: field, Pointer: "#/" + strings.ReplaceAll(field, ".", "/"), Detail: detail}
-}
+func fe(field, detail string) FieldError { return events.FieldErr(field, detail) }
 
-// Validate returns every invalid field of req.
-func Validate(req events.TripRequest) []FieldError {
-	var errs []FieldError
-	need := func(field, v string) {
-		if strings.TrimSpace(v) == "" {
-			errs = append(errs, fe(field, "is required"))
-		}
+// CheckKey returns "" when key is a valid Idempotency-Key header value (or
+// empty: no key), or what is wrong: not UTF-8, a control character, more
+// than MaxKeyChars characters.
+func CheckKey(key string) string {
+	switch {
+	case key == "":
+		return ""
+	case !utf8.ValidString(key):
+		return "must be UTF-8 text"
 	}
-	date := func(field, v string) (time.Time, bool) {
-		if v == "" {
-			errs = append(errs, fe(field, "is required (YYYY-MM-DD)"))
-			return time.Time{}, false
-		}
-		t, err := time.Parse(time.DateOnly, v)
-		if !datePattern.MatchString(v) || err != nil {
-			errs = append(errs, fe(field, "must be a date YYYY-MM-DD"))
-			return time.Time{}, false
-		}
-		return t, true
+	if _, r, bad := events.FindControl(key); bad {
+		return fmt.Sprintf("must not contain control characters (%U)", r)
 	}
-	need("traveler.name", req.Traveler.Name)
-	if req.Traveler.Email == "" {
-		errs = append(errs, fe("traveler.email", "is required"))
-	} else if a, err := mail.ParseAddress(req.Traveler.Email); err != nil || a.Address != req.Traveler.Email {
-		errs = append(errs, fe("traveler.email", "must be an email address"))
+	if n := utf8.RuneCountInString(key); n > MaxKeyChars {
+		return fmt.Sprintf("must be at most %d characters, not %d", MaxKeyChars, n)
 	}
-	need("hotel.property_id", req.Hotel.PropertyID)
-	date("hotel.check_in", req.Hotel.CheckIn)
-	if req.Hotel.Nights < 1 || req.Hotel.Nights > 30 {
-		errs = append(errs, fe("hotel.nights", "must be between 1 and 30"))
-	}
-	need("car.car_class", req.Car.CarClass)
-	pickup, ok1 := date("car.pickup", req.Car.Pickup)
-	ret, ok2 := date("car.return", req.Car.Return)
-	if ok1 && ok2 && ret.Before(pickup) {
-		errs = append(errs, fe("car.return", "must not be before car.pickup"))
-	}
-	need("payment.card_token", req.Payment.CardToken)
-	if req.Payment.AmountCents <= 0 || req.Payment.AmountCents > 1e11 {
-		errs = append(errs, fe("payment.amount_cents", "must be a positive integer of minor units, at most 100000000000"))
-	}
-	if !currencyPattern.MatchString(req.Payment.Currency) {
-		errs = append(errs, fe("payment.currency", "must be an ISO 4217 code such as USD"))
-	}
-	return errs
+	return ""
 }
 
 // Fingerprint is the sha256 (hex) of the request's canonical JSON: the

@@ -11,6 +11,9 @@ import (
 
 const valid = `{"traveler":{"name":"Ada Example","email":"ada@example.com"},"hotel":{"property_id":"P-100","check_in":"2026-12-18","nights":2},"car":{"car_class":"compact","pickup":"2026-12-18","return":"2026-12-20"},"payment":{"card_token":"tok_visa_ok","amount_cents":33000,"currency":"USD"}}`
 
+// testNow is the day the decoding tests book on.
+var testNow = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
 func fields(errs []FieldError) []string {
 	var out []string
 	for _, e := range errs {
@@ -20,7 +23,7 @@ func fields(errs []FieldError) []string {
 }
 
 func TestDecodeRequest(t *testing.T) {
-	req, errs := DecodeRequest(strings.NewReader(valid))
+	req, errs := DecodeRequest(strings.NewReader(valid), testNow)
 	require.Empty(t, errs)
 	require.EqualValues(t, 33000, req.Payment.AmountCents)
 
@@ -41,19 +44,49 @@ func TestDecodeRequest(t *testing.T) {
 		"Display-name email":                      {strings.Replace(valid, "ada@example.com", "Ada <ada@example.com>", 1), []string{"traveler.email"}},
 		"Not JSON":                                {`nope`, []string{""}},
 		"Trailing data":                           {valid + `{}`, []string{""}},
+		"Body not UTF-8":                          {strings.Replace(valid, "Ada", "Ad\xff", 1), []string{""}},
+		"NUL escaped in a string":                 {strings.Replace(valid, "Ada", `Ada\u0000`, 1), []string{"traveler.name"}},
+		"Unknown currency":                        {strings.Replace(valid, "USD", "ZZZ", 1), []string{"payment.currency"}},
+		"Check-in in the past":                    {strings.Replace(valid, `"check_in":"2026-12-18"`, `"check_in":"2020-01-01"`, 1), []string{"car.pickup", "hotel.check_in"}},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, errs := DecodeRequest(strings.NewReader(c.body))
+			_, errs := DecodeRequest(strings.NewReader(c.body), testNow)
 			require.ElementsMatch(t, c.want, fields(errs))
 		})
 	}
 }
 
+// Item 12: an integer out of range, even past int64, says the range.
+func TestDecodeRequestSaysTheRange(t *testing.T) {
+	for _, n := range []string{"99999999999999999999", "-99999999999999999999", "0", "31", "2.5", "1e3", `"2"`} {
+		_, errs := DecodeRequest(strings.NewReader(strings.Replace(valid, `"nights":2`, `"nights":`+n, 1)), testNow)
+		require.Equal(t, []FieldError{{Field: "hotel.nights", Pointer: "#/hotel/nights", Detail: "must be a JSON integer from 1 to 30"}}, errs, n)
+	}
+	_, errs := DecodeRequest(strings.NewReader(strings.Replace(valid, "33000", "99999999999999999999", 1)), testNow)
+	require.Equal(t, []FieldError{{Field: "payment.amount_cents", Pointer: "#/payment/amount_cents", Detail: "must be a JSON integer from 1 to 100000000000"}}, errs)
+}
+
+func TestCheckKey(t *testing.T) {
+	require.Empty(t, CheckKey(""))
+	require.Empty(t, CheckKey(strings.Repeat("k", 255)))
+	require.Empty(t, CheckKey(strings.Repeat("ключ", 63)), "252 characters, 504 octets")
+	require.Equal(t, "must be at most 255 characters, not 256", CheckKey(strings.Repeat("k", 256)))
+	require.Equal(t, "must be at most 255 characters, not 256", CheckKey(strings.Repeat("é", 256)), "characters, not octets")
+	require.Equal(t, "must be UTF-8 text", CheckKey("k\xff"))
+	require.Equal(t, "must not contain control characters (U+0000)", CheckKey("k\x00"))
+}
+
+func TestOneLine(t *testing.T) {
+	require.Equal(t, "Ada Lovelace", oneLine("Ada Lovelace"))
+	require.Equal(t, "Ada  Bcc: x@example.com", oneLine("Ada\r\nBcc: x@example.com"))
+	require.Equal(t, "a b c d e", oneLine("a\u2028b\u0085c\x00d\xffe"))
+}
+
 func TestFingerprintIgnoresKeyOrderAndSpacing(t *testing.T) {
-	a, errs := DecodeRequest(strings.NewReader(valid))
+	a, errs := DecodeRequest(strings.NewReader(valid), testNow)
 	require.Empty(t, errs)
-	b, errs := DecodeRequest(strings.NewReader(`{ "payment":{"currency":"USD","amount_cents":33000,"card_token":"tok_visa_ok"},` + valid[1:]))
+	b, errs := DecodeRequest(strings.NewReader(`{ "payment":{"currency":"USD","amount_cents":33000,"card_token":"tok_visa_ok"},`+valid[1:]), testNow)
 	require.Empty(t, errs)
 	require.Equal(t, Fingerprint(a), Fingerprint(b))
 	b.Payment.AmountCents++

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/jackc/pgx/v5"
@@ -253,6 +254,27 @@ func (s *Service) changed(trip string) <-chan struct{} {
 	return ch
 }
 
+// oneLine returns s with every control character and line break (see
+// events.FindControl) and every byte that is not UTF-8 replaced by a
+// space, so that nothing a traveler or a company sent can start a new line
+// in a mail: the API refuses such names, and this also covers trips
+// recorded before it did and the companies' reasons.
+func oneLine(s string) string {
+	if _, _, bad := events.FindControl(s); !bad {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if events.IsControl(r) || (r == utf8.RuneError && size == 1) {
+			r = ' '
+		}
+		b.WriteRune(r)
+		i += size
+	}
+	return b.String()
+}
+
 // requestMail records the email of a settled trip (forward-only step).
 func (s *Service) requestMail(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	var d events.TripSettledData
@@ -262,16 +284,25 @@ func (s *Service) requestMail(ctx context.Context, tx pgx.Tx, e event.Event) err
 	if d.TripID != e.Subject() || d.Traveler.Email == "" {
 		return fmt.Errorf("%w: %s without trip or traveler", outbox.ErrPermanent, e.Type())
 	}
-	subject, text := "Your trip "+d.TripID+" is confirmed", "Hello "+d.Traveler.Name+",\n\nyour room, payment and car are all booked. Have a good weekend!\n"
+	trip, name, reason := oneLine(d.TripID), oneLine(d.Traveler.Name), oneLine(d.Reason)
+	subject, text := "Your trip "+trip+" is confirmed", "Hello "+name+",\n\nyour room, payment and car are all booked. Have a good weekend!\n"
 	if d.Status == StatusCanceled {
-		subject = "Your trip " + d.TripID + " was canceled"
-		text = "Hello " + d.Traveler.Name + ",\n\nwe could not book your trip (" + d.Reason + "). Nothing is held and any charge was refunded.\n"
+		subject = "Your trip " + trip + " was canceled"
+		text = "Hello " + name + ",\n\nwe could not book your trip (" + reason + "). Nothing is held and any charge was refunded.\n"
 	}
 	_, err := s.mail.Request(ctx, tx, saga.Request{
 		TripID: d.TripID, KeyName: "mail:" + d.Status,
-		Body: map[string]string{"to": d.Traveler.Email, "subject": subject, "text": text, "trip_id": d.TripID},
+		Body: map[string]string{"to": oneLine(d.Traveler.Email), "subject": subject, "text": text, "trip_id": d.TripID},
 	})
 	return err
+}
+
+// IsTripID reports whether id can name a trip: "T-" and a NATS subject
+// token (events.ValidateTripID: printable ASCII, no '.', '*', '>').
+// Anything else, a NUL or a byte that is not UTF-8 among them, names no
+// trip and is never looked up.
+func IsTripID(id string) bool {
+	return strings.HasPrefix(id, "T-") && events.ValidateTripID(id) == nil
 }
 
 // Handler returns the API: POST /trips, GET /trips/{id}, GET /trips.
@@ -296,19 +327,17 @@ func (s *Service) postTrip(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		writeProblem(w, Problem{Type: "https://tripsaga.io/problems/invalid-trip-request", Title: "Invalid trip request", Status: http.StatusBadRequest, Detail: "reading the body: " + err.Error()})
+		writeProblem(w, Problem{Type: problemInvalidRequest, Title: "Invalid trip request", Status: http.StatusBadRequest, Detail: "reading the body: " + err.Error()})
 		return
 	}
-	req, errs := DecodeRequest(bytes.NewReader(raw))
-	if len(errs) > 0 {
-		writeProblem(w, Problem{Type: "https://tripsaga.io/problems/invalid-trip-request", Title: "Invalid trip request", Status: http.StatusBadRequest,
-			Detail: fmt.Sprintf("%d field(s) are invalid", len(errs)), Errors: errs})
-		return
-	}
+	req, errs := DecodeRequest(bytes.NewReader(raw), time.Now())
 	key := r.Header.Get("Idempotency-Key")
-	if len(key) > 255 {
-		writeProblem(w, Problem{Type: "https://tripsaga.io/problems/invalid-trip-request", Title: "Invalid trip request", Status: http.StatusBadRequest,
-			Errors: []FieldError{{Field: "Idempotency-Key", Pointer: "header:Idempotency-Key", Detail: "at most 255 characters"}}})
+	if detail := CheckKey(key); detail != "" {
+		errs = append(errs, FieldError{Field: "Idempotency-Key", Pointer: "header:Idempotency-Key", Detail: detail})
+	}
+	if len(errs) > 0 {
+		writeProblem(w, Problem{Type: problemInvalidRequest, Title: "Invalid trip request", Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("%d field(s) are invalid", len(errs)), Errors: errs})
 		return
 	}
 	wait, applied := ParseWait(r.Header)
@@ -319,8 +348,7 @@ func (s *Service) postTrip(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		s.log.Error("create trip", "err", err)
-		writeProblem(w, Problem{Type: "about:blank", Title: "Internal error", Status: http.StatusInternalServerError})
+		app.WriteError(w, r, s.log, "create trip", err)
 		return
 	}
 	row = s.waitSettled(r.Context(), row, wait)
@@ -420,13 +448,18 @@ func (s *Service) waitSettled(ctx context.Context, row dbsqlc.Trip, d time.Durat
 }
 
 func (s *Service) getTrip(w http.ResponseWriter, r *http.Request) {
-	row, err := queries.TripGet(r.Context(), s.cfg.Pool, r.PathValue("id"))
+	id := r.PathValue("id")
+	if !IsTripID(id) {
+		app.WriteNotFound(w, r, "Trip not found")
+		return
+	}
+	row, err := queries.TripGet(r.Context(), s.cfg.Pool, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		writeProblem(w, Problem{Type: "about:blank", Title: "Trip not found", Status: http.StatusNotFound, Instance: r.URL.Path})
+		app.WriteNotFound(w, r, "Trip not found")
 		return
 	}
 	if err != nil {
-		writeProblem(w, Problem{Type: "about:blank", Title: "Internal error", Status: http.StatusInternalServerError})
+		app.WriteError(w, r, s.log, "get trip", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, tripFromRow(row))
@@ -451,18 +484,18 @@ func (s *Service) listTrips(w http.ResponseWriter, r *http.Request) {
 		status = &v
 	}
 	if v := q.Get("after"); v != "" {
-		if !strings.HasPrefix(v, "T-") {
+		if !IsTripID(v) {
 			errs = append(errs, FieldError{Field: "after", Pointer: "query:after", Detail: "must be a cursor from a previous page's next"})
 		}
 		after = &v
 	}
 	if len(errs) > 0 {
-		writeProblem(w, Problem{Type: "https://tripsaga.io/problems/invalid-query", Title: "Invalid query", Status: http.StatusBadRequest, Errors: errs})
+		writeProblem(w, Problem{Type: problemInvalidQuery, Title: "Invalid query", Status: http.StatusBadRequest, Errors: errs})
 		return
 	}
 	rows, err := queries.TripList(r.Context(), s.cfg.Pool, dbsqlc.TripListParams{Status: status, Before: after, Max: int32(limit + 1)})
 	if err != nil {
-		writeProblem(w, Problem{Type: "about:blank", Title: "Internal error", Status: http.StatusInternalServerError})
+		app.WriteError(w, r, s.log, "list trips", err)
 		return
 	}
 	out := struct {
