@@ -1,0 +1,124 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/internal/testenv"
+	tripsql "github.com/tripsaga/tripsaga/sql"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+type answer struct {
+	code    int
+	header  http.Header
+	body    string
+	problem Problem
+}
+
+func get(t *testing.T, method, url string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	a := answer{code: resp.StatusCode, header: resp.Header, body: string(b)}
+	if resp.Header.Get("Content-Type") == "application/problem+json" {
+		require.NoError(t, json.Unmarshal(b, &a.problem), string(b))
+		require.Equal(t, resp.StatusCode, a.problem.Status)
+	}
+	return a
+}
+
+// opsServer serves a step service's operator endpoints on pool as Serve
+// does (Guard and Problems around the mux), plus a /healthz.
+func opsServer(t *testing.T, pool *pgxpool.Pool, nc *nats.Conn) string {
+	t.Helper()
+	p := &Process{Name: "hotel", Pool: pool, Mux: http.NewServeMux(), Log: slog.New(slog.DiscardHandler)}
+	p.HandleOps()
+	p.Mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	hs := httptest.NewServer(Guard(nc, Problems(p.Mux)))
+	t.Cleanup(hs.Close)
+	return hs.URL
+}
+
+// Item 11 of issue 7: a step service's /steps/{trip_id} answers 404
+// problem+json for an id that cannot be a trip, never 500; unknown paths
+// and methods answer problem+json too.
+func TestOpsRefuseBadTripIDs(t *testing.T) {
+	t.Parallel()
+	pool, _ := testenv.SchemaPool(t, "hotel", tripsql.SetSaga)
+	url := opsServer(t, pool, nil)
+	for _, path := range []string{"/steps/%00", "/steps/%FF", "/steps/T-%00", "/steps/T-%FF%FE", "/steps/T-a%20b", "/steps/%00/x", "/nowhere/%00"} {
+		a := get(t, http.MethodGet, url+path)
+		require.Equal(t, http.StatusNotFound, a.code, "%s: %s", path, a.body)
+		require.Equal(t, "application/problem+json", a.header.Get("Content-Type"), path)
+		require.NotContains(t, a.body, "SQLSTATE", path)
+	}
+	a := get(t, http.MethodPost, url+"/incidents")
+	require.Equal(t, http.StatusMethodNotAllowed, a.code)
+	require.Equal(t, "application/problem+json", a.header.Get("Content-Type"))
+	require.Contains(t, a.header.Get("Allow"), "GET")
+
+	for _, path := range []string{"/steps/T-1", "/incidents"} {
+		a := get(t, http.MethodGet, url+path)
+		require.Equal(t, http.StatusOK, a.code, path)
+		require.JSONEq(t, `{"items":[]}`, a.body, path)
+	}
+}
+
+// Item 2 of issue 7 (the API part): PostgreSQL unreachable (nothing
+// listens on its port) answers 503 problem+json with Retry-After.
+func TestOpsAnswer503WhilePostgreSQLIsDown(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:"+strconv.Itoa(port)+"/postgres?sslmode=disable&connect_timeout=5")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	url := opsServer(t, pool, nil)
+	for _, path := range []string{"/steps/T-1", "/incidents"} {
+		a := get(t, http.MethodGet, url+path)
+		require.Equal(t, http.StatusServiceUnavailable, a.code, "%s: %s", path, a.body)
+		require.Equal(t, strconv.Itoa(RetryAfterSeconds), a.header.Get("Retry-After"), path)
+		require.Equal(t, ProblemUnavailable, a.problem.Type, path)
+		require.NotContains(t, a.body, "127.0.0.1", "the error's text is not shown")
+	}
+}
+
+// Item 2 of issue 7 (the API part): NATS down answers 503 on the API,
+// while /healthz still answers.
+func TestGuardAnswers503WhileNATSIsDown(t *testing.T) {
+	t.Parallel()
+	pool, _ := testenv.SchemaPool(t, "hotel", tripsql.SetSaga)
+	srv, nc, _ := testenv.JetStream(t)
+	url := opsServer(t, pool, nc)
+	require.Equal(t, http.StatusOK, get(t, http.MethodGet, url+"/incidents").code)
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	testenv.Eventually(t, func() bool { return !nc.IsConnected() }, "client sees NATS gone")
+	for _, path := range []string{"/steps/T-1", "/incidents"} {
+		a := get(t, http.MethodGet, url+path)
+		require.Equal(t, http.StatusServiceUnavailable, a.code, "%s: %s", path, a.body)
+		require.Equal(t, strconv.Itoa(RetryAfterSeconds), a.header.Get("Retry-After"), path)
+		require.Equal(t, ProblemUnavailable, a.problem.Type, path)
+	}
+	require.Equal(t, http.StatusOK, get(t, http.MethodGet, url+"/healthz").code, "liveness is not gated")
+}
