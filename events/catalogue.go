@@ -223,6 +223,20 @@ func (c Catalogue) StreamSubjects() map[string][]string {
 	return out
 }
 
+// StreamOf returns the stream of c whose subjects ("<kind prefix>.>", see
+// [Catalogue.StreamSubjects]) cover the NATS subject, and false when none
+// does: an event on that subject would be refused by JetStream (no
+// responders) and could never be published.
+func (c Catalogue) StreamOf(subject string) (string, bool) {
+	first, _, _ := strings.Cut(subject, ".")
+	for stream, filters := range c.StreamSubjects() {
+		if slices.Contains(filters, first+".>") {
+			return stream, true
+		}
+	}
+	return "", false
+}
+
 // Validate checks the saga's shape. It returns an error wrapping
 // [ErrInvalidCatalogue] for each of: a malformed or duplicate type, a step
 // that publishes or consumes an undeclared type, a compensable step without

@@ -30,13 +30,18 @@ var queries = dbsqlc.New() //nolint:gochecknoglobals // stateless
 // Write stores evs in the outbox inside tx, to be published when tx commits,
 // and wakes the relays (pg_notify is delivered at commit). Each event must
 // be valid (CloudEvents required attributes), of a type with a kind
-// (events.Kind) and have the trip id as subject; otherwise Write returns an
-// error wrapping events.ErrInvalidEvent and the caller should roll back.
+// (events.Kind) whose NATS subject a stream of events.Default holds, and
+// have the trip id as subject; otherwise Write returns an error wrapping
+// events.ErrInvalidEvent and the caller should roll back (JetStream would
+// refuse an event no stream holds, and it would never be published).
 func Write(ctx context.Context, tx pgx.Tx, evs ...event.Event) error {
 	for _, e := range evs {
 		subject, err := events.Subject(e.Type(), e.Subject())
 		if err != nil {
 			return fmt.Errorf("outbox: event %s: %w", e.ID(), err)
+		}
+		if _, ok := events.Default.StreamOf(subject); !ok {
+			return fmt.Errorf("outbox: event %s: %w: no stream of the catalogue holds subject %q", e.ID(), events.ErrInvalidEvent, subject)
 		}
 		h, err := events.EncodeHeaders(e)
 		if err != nil {

@@ -183,13 +183,18 @@ func TestRelay(t *testing.T) {
 		r, err := NewRelay(RelayConfig{Pool: b.pool, JetStream: b.js, MaxAttempts: 1, AckTimeout: 200 * time.Millisecond})
 		require.NoError(t, err)
 		for range 3 {
-			_, err = r.PublishBatch(context.Background())
-			require.Error(t, err)
+			testenv.Eventually(t, func() bool {
+				_, err := r.PublishBatch(context.Background())
+				return err != nil // the row is due again after its backoff
+			}, "the relay tries again")
 		}
-		var attempts int
+		var attempts, outages int
 		var quarantined bool
-		require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT attempts, quarantined_at IS NOT NULL FROM outbox").Scan(&attempts, &quarantined))
+		var cause string
+		require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT attempts, outages, last_cause, quarantined_at IS NOT NULL FROM outbox").Scan(&attempts, &outages, &cause, &quarantined))
 		require.Zero(t, attempts)
+		require.GreaterOrEqual(t, outages, 3)
+		require.Contains(t, []string{string(CauseDisconnected), string(CauseTimeout)}, cause)
 		require.False(t, quarantined, "the event waits for NATS to come back")
 		n, err := Pending(context.Background(), b.pool)
 		require.NoError(t, err)

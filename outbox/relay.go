@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -43,11 +46,14 @@ type RelayConfig struct {
 	// PollInterval is how often the relay looks for rows when no NOTIFY
 	// woke it (a NOTIFY can be lost on reconnect). Defaults to 1 s.
 	PollInterval time.Duration
-	// MaxAttempts is how many refusals of one row by the server quarantine
-	// it, so it is counted for a person instead of retried forever.
-	// Outages (no connection, no PubAck in time) never count. Defaults to 50.
+	// MaxAttempts is how many refusals of one row by the server for what
+	// the event is (CauseRefused: too large, bad headers) quarantine it, so
+	// it is counted for a person instead of retried forever. Outages (every
+	// other Cause: storage or limits exceeded, no stream, no leader, no
+	// PubAck in time, no connection) never count. Defaults to 50.
 	MaxAttempts int
-	// BackoffMax caps the per-row retry backoff (100 ms doubling). It must
+	// BackoffMax caps the per-row retry backoff (100 ms doubling per
+	// failure, refusals and outages counted apart). It must
 	// stay well inside events.DuplicateWindow so that a re-publish is still
 	// deduplicated. Defaults to 20 s.
 	BackoffMax time.Duration
@@ -115,11 +121,20 @@ type Relay struct {
 	wake    chan struct{}
 	channel string
 	m       relayMetrics
+
+	mu     sync.Mutex
+	logged map[string]time.Time // last error log per cause
 }
 
 type relayMetrics struct {
-	published, failed, quarantined prometheus.Counter
+	published, quarantined prometheus.Counter
+	// failures counts failed publish attempts by Cause.
+	failures *prometheus.CounterVec
 }
+
+// relayBackoffMin is a failed row's first backoff; it doubles per failure
+// up to RelayConfig.BackoffMax.
+const relayBackoffMin = 100 * time.Millisecond
 
 // NewRelay returns a relay. It returns an error wrapping [ErrInvalidConfig]
 // for a bad cfg.
@@ -128,14 +143,17 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Relay{cfg: cfg, wake: make(chan struct{}, 1)}
+	r := &Relay{cfg: cfg, wake: make(chan struct{}, 1), logged: map[string]time.Time{}}
 	r.m = relayMetrics{
 		published:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tripsaga_outbox_published_total", Help: "Outbox events published and acked by JetStream."}),
-		failed:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tripsaga_outbox_publish_failures_total", Help: "Failed publish attempts of outbox events."}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tripsaga_outbox_publish_failures_total",
+			Help: "Failed publish attempts of outbox events, by cause: refused (the event itself; counts towards quarantine) or an outage (storage, limits, no_stream, no_leader, timeout, disconnected, server; never quarantines).",
+		}, []string{"cause"}),
 		quarantined: prometheus.NewCounter(prometheus.CounterOpts{Name: "tripsaga_outbox_quarantined_total", Help: "Outbox events quarantined after MaxAttempts failures."}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.m.published, r.m.failed, r.m.quarantined} {
+		for _, c := range []prometheus.Collector{r.m.published, r.m.failures, r.m.quarantined} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("outbox: metrics: %w", err)
 			}
@@ -172,8 +190,10 @@ func (r *Relay) Run(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return nil
 				}
-				r.cfg.Logger.Warn("outbox relay batch failed", "err", err)
-				break
+				r.logBatchError(err)
+				if n == 0 {
+					break
+				}
 			}
 			if n < r.cfg.BatchSize {
 				break
@@ -193,6 +213,34 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// logBatchError logs a failed batch at error level: an outage (the events
+// wait, and are published when it ends) or a batch that failed as a whole.
+// One line per cause per 10 s at most, so a long outage does not flood the
+// log.
+func (r *Relay) logBatchError(err error) {
+	key := "batch"
+	var oe *OutageError
+	if errors.As(err, &oe) {
+		key = string(oe.Cause)
+	}
+	r.mu.Lock()
+	last := r.logged[key]
+	now := time.Now()
+	quiet := now.Sub(last) < 10*time.Second
+	if !quiet {
+		r.logged[key] = now
+	}
+	r.mu.Unlock()
+	if quiet {
+		return
+	}
+	if oe != nil {
+		r.cfg.Logger.Error("outbox relay: JetStream cannot take events (outage); they wait and are retried with backoff, never quarantined", "err", err)
+		return
+	}
+	r.cfg.Logger.Error("outbox relay batch failed; retrying", "err", err)
 }
 
 func (r *Relay) listen(ctx context.Context) {
@@ -232,14 +280,6 @@ func (r *Relay) listenOnce(ctx context.Context) error {
 	}
 }
 
-// rowError reports whether err is the server refusing this message (a
-// JetStream API error, e.g. too large), as opposed to an outage.
-func rowError(err error) bool {
-	var api *jetstream.APIError
-	var napi *nats.APIError
-	return errors.As(err, &api) || errors.As(err, &napi) || errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject)
-}
-
 func quoteIdent(s string) string {
 	out := []byte{'"'}
 	for i := 0; i < len(s); i++ {
@@ -251,11 +291,21 @@ func quoteIdent(s string) string {
 	return string(append(out, '"'))
 }
 
+// errNoPubAck is a publish whose PubAck did not come before AckTimeout.
+var errNoPubAck = errors.New("outbox: no PubAck before AckTimeout")
+
 // PublishBatch claims up to BatchSize due rows in one transaction,
-// publishes them asynchronously, waits for their PubAcks and marks the
-// acked ones published (a duplicate PubAck is success); failed rows get a
-// backoff, and are quarantined after MaxAttempts. It returns how many rows
-// it claimed.
+// publishes them asynchronously, waits for their PubAcks (at most
+// AckTimeout) and, in that transaction, marks every acked row published
+// with one statement (a duplicate PubAck is success), whatever happened to
+// the others. A row the server refused for what it is ([CauseRefused])
+// gets a backoff and is quarantined after MaxAttempts refusals; a row that
+// failed for the server's state (an outage: storage, limits, no stream, no
+// leader, timeout, no connection) gets a backoff and is never counted
+// towards quarantine. It returns how many rows it claimed, and an error
+// naming the causes when rows failed for an outage (rows were still marked)
+// or when the batch itself failed (nothing marked; the next batch
+// re-publishes and the duplicate window drops what got through).
 func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 	tx, err := r.cfg.Pool.Begin(ctx)
 	if err != nil {
@@ -279,7 +329,7 @@ func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 		ps[i].row = row
 		var h map[string]string
 		if err := json.Unmarshal(row.Headers, &h); err != nil {
-			ps[i].err = fmt.Errorf("headers: %w: %w", nats.ErrBadSubject, err) // a bad row, quarantined in the end
+			ps[i].err = fmt.Errorf("%w: headers: %w", errBadRow, err)
 			continue
 		}
 		msg := &nats.Msg{Subject: row.NatsSubject, Data: row.Data, Header: nats.Header{}}
@@ -288,35 +338,56 @@ func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 		}
 		ps[i].f, ps[i].err = r.cfg.JetStream.PublishMsgAsync(msg, jetstream.WithMsgID(row.EventID))
 	}
-	timeout := time.NewTimer(r.cfg.AckTimeout)
-	defer timeout.Stop()
-	var ok []int64
+	deadline := time.NewTimer(r.cfg.AckTimeout)
+	defer deadline.Stop()
+	expired := false
 	for i := range ps {
 		p := &ps[i]
 		if p.err != nil {
 			continue
 		}
+		if !expired {
+			select {
+			case <-p.f.Ok():
+				continue
+			case err := <-p.f.Err():
+				p.err = err
+				continue
+			case <-deadline.C:
+				expired = true
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+		// Past the deadline: take what has arrived, the rest timed out.
 		select {
 		case <-p.f.Ok():
-			ok = append(ok, p.row.ID)
 		case err := <-p.f.Err():
 			p.err = err
-		case <-timeout.C:
-			p.err = errors.New("no PubAck before AckTimeout")
-			timeout.Reset(0)
-		case <-ctx.Done():
-			return 0, ctx.Err()
+		default:
+			p.err = errNoPubAck
 		}
 	}
-	// A failure that is not the server refusing this row (no connection, no
-	// PubAck in time, no stream answering) is an outage, not a bad row: it
-	// must not count towards quarantine. Leave every row as it was; the
-	// next round publishes again and the duplicate window drops what got
-	// through.
-	for _, p := range ps {
-		if p.err != nil && !rowError(p.err) {
-			return 0, fmt.Errorf("publish %s: %w", p.row.EventID, p.err)
+	var ok []int64
+	var outage dbsqlc.OutboxMarkOutageParams
+	outages := map[Cause]int{}
+	var refused []*pending
+	for i := range ps {
+		p := &ps[i]
+		if p.err == nil {
+			ok = append(ok, p.row.ID)
+			continue
 		}
+		c := Classify(p.err)
+		r.m.failures.WithLabelValues(string(c)).Inc()
+		if !c.Outage() {
+			refused = append(refused, p)
+			continue
+		}
+		outages[c]++
+		outage.Ids = append(outage.Ids, p.row.ID)
+		outage.Causes = append(outage.Causes, string(c))
+		outage.Errors = append(outage.Errors, p.err.Error())
 	}
 	if r.cfg.beforeMark != nil {
 		if err := r.cfg.beforeMark(); err != nil {
@@ -328,23 +399,28 @@ func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 			return 0, fmt.Errorf("mark published: %w", err)
 		}
 	}
-	for _, p := range ps {
-		if p.err == nil {
-			continue
+	if len(outage.Ids) > 0 {
+		outage.BackoffMinSeconds = relayBackoffMin.Seconds()
+		outage.BackoffMaxSeconds = r.cfg.BackoffMax.Seconds()
+		if err := queries.OutboxMarkOutage(ctx, tx, outage); err != nil {
+			return 0, fmt.Errorf("mark outage: %w", err)
 		}
-		backoff := math.Min(0.1*math.Pow(2, float64(p.row.Attempts)), r.cfg.BackoffMax.Seconds())
-		q, err := queries.OutboxMarkFailed(ctx, tx, dbsqlc.OutboxMarkFailedParams{
+	}
+	quarantined := 0
+	for _, p := range refused {
+		backoff := math.Min(relayBackoffMin.Seconds()*math.Pow(2, float64(p.row.Attempts)), r.cfg.BackoffMax.Seconds())
+		q, err := queries.OutboxMarkRefused(ctx, tx, dbsqlc.OutboxMarkRefusedParams{
 			ID: p.row.ID, LastError: new(p.err.Error()), BackoffSeconds: backoff, MaxAttempts: int32(r.cfg.MaxAttempts),
 		})
 		if err != nil {
-			return 0, fmt.Errorf("mark failed: %w", err)
+			return 0, fmt.Errorf("mark refused: %w", err)
 		}
-		r.m.failed.Inc()
 		if q {
-			r.m.quarantined.Inc()
-			r.cfg.Logger.Error("outbox event quarantined", "event_id", p.row.EventID, "subject", p.row.NatsSubject, "err", p.err)
+			quarantined++
+			r.cfg.Logger.Error("outbox event quarantined: the server refused it MaxAttempts times; re-drive it with `tripsaga outbox redrive` once the cause is fixed",
+				"event_id", p.row.EventID, "subject", p.row.NatsSubject, "attempts", p.row.Attempts+1, "err", p.err)
 		} else {
-			r.cfg.Logger.Warn("outbox publish failed; will retry", "event_id", p.row.EventID, "err", p.err, "backoff_s", backoff)
+			r.cfg.Logger.Warn("outbox event refused by the server; will retry", "event_id", p.row.EventID, "subject", p.row.NatsSubject, "attempt", p.row.Attempts+1, "err", p.err, "backoff_s", backoff)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -353,5 +429,34 @@ func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("commit: %w", err)
 	}
 	r.m.published.Add(float64(len(ok)))
+	r.m.quarantined.Add(float64(quarantined))
+	if len(outages) > 0 {
+		var errs []error
+		for _, c := range slices.Sorted(maps.Keys(outages)) {
+			for _, p := range ps {
+				if p.err != nil && Classify(p.err) == c {
+					errs = append(errs, &OutageError{Cause: c, Events: outages[c], Err: p.err})
+					break
+				}
+			}
+		}
+		return len(rows), errors.Join(errs...)
+	}
 	return len(rows), nil
 }
+
+// OutageError is returned by [Relay.PublishBatch] when Events rows of the
+// batch could not be published for an outage of cause Cause (Err is the
+// first such row's error). Those rows wait with a backoff; the others of
+// the batch were handled.
+type OutageError struct {
+	Cause  Cause
+	Events int
+	Err    error
+}
+
+func (e *OutageError) Error() string {
+	return fmt.Sprintf("outbox: %d events not published (outage: %s): %v", e.Events, e.Cause, e.Err)
+}
+
+func (e *OutageError) Unwrap() error { return e.Err }

@@ -97,6 +97,7 @@ type Process struct {
 	Mux      *http.ServeMux
 	ready    atomic.Bool
 	checks   []func(context.Context) error
+	details  []func(context.Context) ([]string, error)
 }
 
 // Open connects to PostgreSQL (search_path = schema, after applying the
@@ -151,6 +152,13 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 // AddCheck adds a readiness check to /readyz (e.g. an inbox's progress).
 func (p *Process) AddCheck(c func(context.Context) error) { p.checks = append(p.checks, c) }
 
+// AddDetail adds lines that /readyz prints after "ready" without failing
+// it (e.g. outbox events waiting out a JetStream outage): d returns none
+// when all is well, or an error that is printed as a line.
+func (p *Process) AddDetail(d func(context.Context) ([]string, error)) {
+	p.details = append(p.details, d)
+}
+
 // SetReady marks the process ready (after its recovery pass).
 func (p *Process) SetReady() { p.ready.Store(true) }
 
@@ -189,6 +197,15 @@ func (p *Process) Serve(ctx context.Context) error {
 			}
 		}
 		_, _ = w.Write([]byte("ready\n"))
+		for _, d := range p.details {
+			lines, err := d(cctx)
+			if err != nil {
+				lines = []string{err.Error()}
+			}
+			for _, l := range lines {
+				_, _ = w.Write([]byte(l + "\n"))
+			}
+		}
 	})
 	p.Mux.Handle("GET /metrics", promhttp.HandlerFor(p.Registry, promhttp.HandlerOpts{}))
 	p.Mux.HandleFunc("GET /debug/pprof/", pprof.Index)

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/saga"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
@@ -40,6 +41,7 @@ func RunStep(ctx context.Context, env Env, spec saga.Spec, build saga.BuildFunc,
 	}
 	p.HandleOps()
 	p.AddCheck(svc.Check)
+	p.AddDetail(func(ctx context.Context) ([]string, error) { return outbox.Details(ctx, p.Pool) })
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.Serve(ctx) })
 	g.Go(func() error { return svc.Run(ctx, p.SetReady) })

@@ -118,15 +118,27 @@ func Postgres(tb testing.TB) string {
 // removed when the test ends.
 func NATS(tb testing.TB) *server.Server {
 	tb.Helper()
-	dir := tb.TempDir()
-	s, err := server.NewServer(&server.Options{
+	s, _ := NATSWith(tb, nil)
+	return s
+}
+
+// NATSWith is [NATS] with options changed by mod (e.g. a JetStreamMaxStore)
+// before the server starts. It also returns the options, to change and
+// pass to the server's ReloadOptions during a test.
+func NATSWith(tb testing.TB, mod func(*server.Options)) (*server.Server, *server.Options) {
+	tb.Helper()
+	opts := &server.Options{
 		Host:      "127.0.0.1",
 		Port:      -1,
 		JetStream: true,
-		StoreDir:  dir,
+		StoreDir:  tb.TempDir(),
 		NoLog:     true,
 		NoSigs:    true,
-	})
+	}
+	if mod != nil {
+		mod(opts)
+	}
+	s, err := server.NewServer(opts)
 	if err != nil {
 		tb.Fatalf("testenv: nats: %v", err)
 	}
@@ -138,7 +150,7 @@ func NATS(tb testing.TB) *server.Server {
 		s.Shutdown()
 		s.WaitForShutdown()
 	})
-	return s
+	return s, opts
 }
 
 // Eventually polls cond every 20 ms until it returns true or the bounded

@@ -529,6 +529,7 @@ func Run(ctx context.Context, env app.Env) error {
 	s.Handler(p.Mux)
 	p.HandleOps()
 	p.AddCheck(s.Check)
+	p.AddDetail(func(ctx context.Context) ([]string, error) { return outbox.Details(ctx, p.Pool) })
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.Serve(ctx) })
 	g.Go(func() error { return s.Run(ctx, p.SetReady) })

@@ -155,33 +155,105 @@ func (q *Queries) OutboxInsert(ctx context.Context, db DBTX, arg OutboxInsertPar
 	return err
 }
 
-const outboxMarkFailed = `-- name: OutboxMarkFailed :one
-UPDATE outbox
-SET attempts = attempts + 1,
-    last_error = $1,
-    next_attempt_at = now() + make_interval(secs => $2::float8),
-    quarantined_at = CASE WHEN attempts + 1 >= $3::int THEN now() END
-WHERE id = $4
-RETURNING (quarantined_at IS NOT NULL)::bool AS quarantined
+const outboxList = `-- name: OutboxList :many
+SELECT id, event_id, nats_subject, created_at, attempts, outages,
+       last_cause, last_error, last_failed_at, quarantined_at, redriven_at
+FROM outbox
+WHERE published_at IS NULL
+  AND (quarantined_at IS NOT NULL
+       OR ($1::bool AND last_cause IS NOT NULL))
+ORDER BY id
+LIMIT $2
 `
 
-type OutboxMarkFailedParams struct {
-	LastError      *string
-	BackoffSeconds float64
-	MaxAttempts    int32
-	ID             int64
+type OutboxListParams struct {
+	IncludeWaiting bool
+	Max            int32
 }
 
-func (q *Queries) OutboxMarkFailed(ctx context.Context, db DBTX, arg OutboxMarkFailedParams) (bool, error) {
-	row := db.QueryRow(ctx, outboxMarkFailed,
-		arg.LastError,
-		arg.BackoffSeconds,
-		arg.MaxAttempts,
-		arg.ID,
+type OutboxListRow struct {
+	ID            int64
+	EventID       string
+	NatsSubject   string
+	CreatedAt     time.Time
+	Attempts      int32
+	Outages       int32
+	LastCause     *string
+	LastError     *string
+	LastFailedAt  *time.Time
+	QuarantinedAt *time.Time
+	RedrivenAt    *time.Time
+}
+
+// Rows for a person: quarantined ones, and (with include_waiting) unpublished
+// ones whose last attempt failed.
+func (q *Queries) OutboxList(ctx context.Context, db DBTX, arg OutboxListParams) ([]OutboxListRow, error) {
+	rows, err := db.Query(ctx, outboxList, arg.IncludeWaiting, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxListRow
+	for rows.Next() {
+		var i OutboxListRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.EventID,
+			&i.NatsSubject,
+			&i.CreatedAt,
+			&i.Attempts,
+			&i.Outages,
+			&i.LastCause,
+			&i.LastError,
+			&i.LastFailedAt,
+			&i.QuarantinedAt,
+			&i.RedrivenAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxMarkOutage = `-- name: OutboxMarkOutage :exec
+UPDATE outbox o
+SET outages = o.outages + 1,
+    last_cause = u.cause,
+    last_error = u.err,
+    last_failed_at = now(),
+    next_attempt_at = now() + interval '1 second' * least(
+        $1::float8 * power(2, least(o.outages, 30)),
+        $2::float8)
+FROM (SELECT unnest($3::bigint[]) AS id,
+             unnest($4::text[]) AS cause,
+             unnest($5::text[]) AS err) AS u
+WHERE o.id = u.id
+`
+
+type OutboxMarkOutageParams struct {
+	BackoffMinSeconds float64
+	BackoffMaxSeconds float64
+	Ids               []int64
+	Causes            []string
+	Errors            []string
+}
+
+// The server could not take these events for a reason of its own (an
+// outage): each row waits min(backoff_min * 2^outages, backoff_max) and its
+// attempts towards quarantine are left as they are.
+func (q *Queries) OutboxMarkOutage(ctx context.Context, db DBTX, arg OutboxMarkOutageParams) error {
+	_, err := db.Exec(ctx, outboxMarkOutage,
+		arg.BackoffMinSeconds,
+		arg.BackoffMaxSeconds,
+		arg.Ids,
+		arg.Causes,
+		arg.Errors,
 	)
-	var quarantined bool
-	err := row.Scan(&quarantined)
-	return quarantined, err
+	return err
 }
 
 const outboxMarkPublished = `-- name: OutboxMarkPublished :exec
@@ -194,6 +266,38 @@ func (q *Queries) OutboxMarkPublished(ctx context.Context, db DBTX, ids []int64)
 	return err
 }
 
+const outboxMarkRefused = `-- name: OutboxMarkRefused :one
+UPDATE outbox
+SET attempts = attempts + 1,
+    last_cause = 'refused',
+    last_error = $1,
+    last_failed_at = now(),
+    next_attempt_at = now() + make_interval(secs => $2::float8),
+    quarantined_at = CASE WHEN attempts + 1 >= $3::int THEN now() END
+WHERE id = $4
+RETURNING (quarantined_at IS NOT NULL)::bool AS quarantined
+`
+
+type OutboxMarkRefusedParams struct {
+	LastError      *string
+	BackoffSeconds float64
+	MaxAttempts    int32
+	ID             int64
+}
+
+// The server refused this event itself: counts towards quarantine.
+func (q *Queries) OutboxMarkRefused(ctx context.Context, db DBTX, arg OutboxMarkRefusedParams) (bool, error) {
+	row := db.QueryRow(ctx, outboxMarkRefused,
+		arg.LastError,
+		arg.BackoffSeconds,
+		arg.MaxAttempts,
+		arg.ID,
+	)
+	var quarantined bool
+	err := row.Scan(&quarantined)
+	return quarantined, err
+}
+
 const outboxNotify = `-- name: OutboxNotify :exec
 SELECT pg_notify('outbox_' || current_schema(), '')
 `
@@ -201,4 +305,83 @@ SELECT pg_notify('outbox_' || current_schema(), '')
 func (q *Queries) OutboxNotify(ctx context.Context, db DBTX) error {
 	_, err := db.Exec(ctx, outboxNotify)
 	return err
+}
+
+const outboxRedrive = `-- name: OutboxRedrive :many
+UPDATE outbox
+SET quarantined_at = NULL, attempts = 0, outages = 0,
+    next_attempt_at = now(), redriven_at = now()
+WHERE quarantined_at IS NOT NULL AND published_at IS NULL
+  AND ($1::bool OR event_id = ANY($2::text[]))
+RETURNING event_id
+`
+
+type OutboxRedriveParams struct {
+	Every    bool
+	EventIds []string
+}
+
+// Puts quarantined rows (all of them, or those whose event_id is listed)
+// back in line: the relay publishes each once more.
+func (q *Queries) OutboxRedrive(ctx context.Context, db DBTX, arg OutboxRedriveParams) ([]string, error) {
+	rows, err := db.Query(ctx, outboxRedrive, arg.Every, arg.EventIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var event_id string
+		if err := rows.Scan(&event_id); err != nil {
+			return nil, err
+		}
+		items = append(items, event_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxWaiting = `-- name: OutboxWaiting :many
+SELECT last_cause::text AS cause, count(*) AS events,
+       min(last_failed_at)::timestamptz AS oldest_failure,
+       (array_agg(last_error ORDER BY last_failed_at DESC))[1]::text AS last_error
+FROM outbox
+WHERE published_at IS NULL AND quarantined_at IS NULL AND last_cause IS NOT NULL
+GROUP BY last_cause
+ORDER BY last_cause
+`
+
+type OutboxWaitingRow struct {
+	Cause         string
+	Events        int64
+	OldestFailure time.Time
+	LastError     string
+}
+
+// Unpublished, unquarantined rows whose last attempt failed, by cause.
+func (q *Queries) OutboxWaiting(ctx context.Context, db DBTX) ([]OutboxWaitingRow, error) {
+	rows, err := db.Query(ctx, outboxWaiting)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxWaitingRow
+	for rows.Next() {
+		var i OutboxWaitingRow
+		if err := rows.Scan(
+			&i.Cause,
+			&i.Events,
+			&i.OldestFailure,
+			&i.LastError,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

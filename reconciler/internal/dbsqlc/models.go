@@ -51,6 +51,10 @@ type Outbox struct {
 	NextAttemptAt time.Time
 	LastError     *string
 	QuarantinedAt *time.Time
+	LastCause     *string
+	Outages       int32
+	LastFailedAt  *time.Time
+	RedrivenAt    *time.Time
 }
 
 type Step struct {

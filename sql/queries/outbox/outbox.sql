@@ -20,14 +20,66 @@ FOR UPDATE SKIP LOCKED;
 UPDATE outbox SET published_at = now(), last_error = NULL
 WHERE id = ANY(@ids::bigint[]);
 
--- name: OutboxMarkFailed :one
+-- name: OutboxMarkRefused :one
+-- The server refused this event itself: counts towards quarantine.
 UPDATE outbox
 SET attempts = attempts + 1,
+    last_cause = 'refused',
     last_error = @last_error,
+    last_failed_at = now(),
     next_attempt_at = now() + make_interval(secs => @backoff_seconds::float8),
     quarantined_at = CASE WHEN attempts + 1 >= @max_attempts::int THEN now() END
 WHERE id = @id
 RETURNING (quarantined_at IS NOT NULL)::bool AS quarantined;
+
+-- name: OutboxMarkOutage :exec
+-- The server could not take these events for a reason of its own (an
+-- outage): each row waits min(backoff_min * 2^outages, backoff_max) and its
+-- attempts towards quarantine are left as they are.
+UPDATE outbox o
+SET outages = o.outages + 1,
+    last_cause = u.cause,
+    last_error = u.err,
+    last_failed_at = now(),
+    next_attempt_at = now() + interval '1 second' * least(
+        sqlc.arg(backoff_min_seconds)::float8 * power(2, least(o.outages, 30)),
+        sqlc.arg(backoff_max_seconds)::float8)
+FROM (SELECT unnest(@ids::bigint[]) AS id,
+             unnest(@causes::text[]) AS cause,
+             unnest(@errors::text[]) AS err) AS u
+WHERE o.id = u.id;
+
+-- name: OutboxWaiting :many
+-- Unpublished, unquarantined rows whose last attempt failed, by cause.
+SELECT last_cause::text AS cause, count(*) AS events,
+       min(last_failed_at)::timestamptz AS oldest_failure,
+       (array_agg(last_error ORDER BY last_failed_at DESC))[1]::text AS last_error
+FROM outbox
+WHERE published_at IS NULL AND quarantined_at IS NULL AND last_cause IS NOT NULL
+GROUP BY last_cause
+ORDER BY last_cause;
+
+-- name: OutboxList :many
+-- Rows for a person: quarantined ones, and (with include_waiting) unpublished
+-- ones whose last attempt failed.
+SELECT id, event_id, nats_subject, created_at, attempts, outages,
+       last_cause, last_error, last_failed_at, quarantined_at, redriven_at
+FROM outbox
+WHERE published_at IS NULL
+  AND (quarantined_at IS NOT NULL
+       OR (@include_waiting::bool AND last_cause IS NOT NULL))
+ORDER BY id
+LIMIT @max;
+
+-- name: OutboxRedrive :many
+-- Puts quarantined rows (all of them, or those whose event_id is listed)
+-- back in line: the relay publishes each once more.
+UPDATE outbox
+SET quarantined_at = NULL, attempts = 0, outages = 0,
+    next_attempt_at = now(), redriven_at = now()
+WHERE quarantined_at IS NOT NULL AND published_at IS NULL
+  AND (@every::bool OR event_id = ANY(@event_ids::text[]))
+RETURNING event_id;
 
 -- name: OutboxCountPending :one
 SELECT count(*) FROM outbox WHERE published_at IS NULL AND quarantined_at IS NULL;
