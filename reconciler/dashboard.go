@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
 )
 
@@ -16,7 +18,11 @@ import (
 //
 //	GET /                 HTML: trips by status, open findings, newest 50 trips
 //	GET /findings         JSON {"items":[Finding...]}: open findings; ?all=1 adds resolved ones
-//	GET /view/{trip_id}   JSON: the trip's [TripView] plus "findings"; 404 if unknown
+//	GET /view/{trip_id}   JSON: the trip's [TripView] plus "findings"; 404 problem+json if unknown
+//
+// An id that cannot be a trip (events.ValidateTripID: a NUL, a byte that
+// is not UTF-8, a space, ...) is 404 without a look-up; PostgreSQL
+// unreachable is 503 problem+json with Retry-After (app.WriteError).
 func (r *Reconciler) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /{$}", r.serveDashboard)
 	mux.HandleFunc("GET /findings", r.serveFindings)
@@ -73,8 +79,7 @@ func (r *Reconciler) Dashboard(ctx context.Context) (Dashboard, error) {
 func (r *Reconciler) serveDashboard(w http.ResponseWriter, req *http.Request) {
 	d, err := r.Dashboard(req.Context())
 	if err != nil {
-		r.log.Error("reconciler: dashboard", "err", err)
-		http.Error(w, "dashboard unavailable", http.StatusInternalServerError)
+		app.WriteError(w, req, r.log, "reconciler: dashboard", err)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -87,8 +92,7 @@ func (r *Reconciler) serveFindings(w http.ResponseWriter, req *http.Request) {
 	all := req.URL.Query().Get("all")
 	fs, err := r.Findings(req.Context(), all == "1" || all == "true")
 	if err != nil {
-		r.log.Error("reconciler: findings", "err", err)
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "findings unavailable"})
+		app.WriteError(w, req, r.log, "reconciler: findings", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"items": fs})
@@ -96,9 +100,13 @@ func (r *Reconciler) serveFindings(w http.ResponseWriter, req *http.Request) {
 
 func (r *Reconciler) serveView(w http.ResponseWriter, req *http.Request) {
 	trip := req.PathValue("trip_id")
+	if events.ValidateTripID(trip) != nil {
+		app.WriteNotFound(w, req, "Trip not found: not a trip id")
+		return
+	}
 	v, err := r.View(req.Context(), trip)
 	if errors.Is(err, ErrTripNotFound) {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "trip not found", "trip_id": trip})
+		app.WriteNotFound(w, req, "Trip not found")
 		return
 	}
 	var rows []dbsqlc.Finding
@@ -106,8 +114,7 @@ func (r *Reconciler) serveView(w http.ResponseWriter, req *http.Request) {
 		rows, err = queries.FindingListByTrip(req.Context(), r.cfg.Pool, trip)
 	}
 	if err != nil {
-		r.log.Error("reconciler: view", "trip_id", trip, "err", err)
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "view unavailable"})
+		app.WriteError(w, req, r.log, "reconciler: view "+trip, err)
 		return
 	}
 	fs := make([]Finding, 0, len(rows))
@@ -141,7 +148,13 @@ th{background:#f3f3f3}
 code{font-size:.8rem}
 </style></head><body>
 <h1>tripsaga reconciler</h1>
-<p>{{.Total}} trips. {{with .LastSweep}}Last sweep {{ago $.Now .At}} ago{{if .Skipped}} (skipped: replay running){{end}}{{with .Err}}: <b>failed</b>: {{.}}{{end}}; {{.Records}} company records, {{.Trips}} trips.{{else}}No sweep yet.{{end}}</p>
+<table class="summary">
+<tr><th>trips in the projection now</th><td>{{.Total}}</td><td>every trip whose events the reconciler has seen</td></tr>
+{{with .LastSweep}}<tr><th>last sweep</th><td>{{ago $.Now .At}} ago</td><td>{{if .Skipped}}skipped: a replay was rebuilding the projection{{else if .Err}}<b>failed</b>: {{.Err}}{{else}}ok{{end}}</td></tr>
+<tr><th>trips the last sweep checked</th><td>{{.Trips}}</td><td>the projection as it was when that sweep started</td></tr>
+<tr><th>company records the last sweep read</th><td>{{.Records}}</td><td>the hotel's holds, the card processor's charges and the car firm's bookings, all statuses</td></tr>
+{{else}}<tr><th>last sweep</th><td>none yet</td><td></td></tr>{{end}}
+</table>
 <h2>Trips by status</h2>
 <table><tr>{{range .ByStatus}}<th class="{{.Status}}">{{.Status}}</th>{{end}}</tr>
 <tr>{{range .ByStatus}}<td>{{.Trips}}</td>{{end}}</tr></table>

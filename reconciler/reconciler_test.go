@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/sim"
@@ -507,10 +510,58 @@ func TestDashboard(t *testing.T) {
 	require.Equal(t, []string{"hotel.held", "trip.requested"}, v.Seen)
 	require.NotNil(t, v.Findings)
 
-	code, _, _ = get("/view/T-nobody")
+	code, ct, _ = get("/view/T-nobody")
 	require.Equal(t, http.StatusNotFound, code)
+	require.Equal(t, "application/problem+json", ct)
 	code, _, _ = get("/nowhere")
 	require.Equal(t, http.StatusNotFound, code)
+
+	// Item 11 of issue 7: ids that cannot be a trip are 404 problem+json,
+	// never 500 nor PostgreSQL's error.
+	for _, path := range []string{"/view/%00", "/view/%FF", "/view/T-%00", "/view/T-%FF%FE", "/view/T-a%20b"} {
+		code, ct, body := get(path)
+		require.Equal(t, http.StatusNotFound, code, "%s: %s", path, body)
+		require.Equal(t, "application/problem+json", ct, path)
+	}
+	code, _, body = get("/findings?all=%00%FF")
+	require.Equal(t, http.StatusOK, code, body)
+
+	// Item 16 of issue 7: the page's two trip counts say what they count.
+	_, _, body = get("/")
+	require.Contains(t, body, "<th>trips in the projection now</th><td>1</td>")
+	require.Contains(t, body, "<th>trips the last sweep checked</th><td>1</td><td>the projection as it was when that sweep started</td>")
+	require.Contains(t, body, "<th>company records the last sweep read</th><td>1</td><td>the hotel's holds, the card processor's charges and the car firm's bookings, all statuses</td>")
+}
+
+// Item 2 of issue 7 (the API part): PostgreSQL unreachable (nothing
+// listens on its port): every view answers 503 problem+json with
+// Retry-After, never 500.
+func TestDashboardAnswers503WhilePostgreSQLIsDown(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	pool, err := pgxpool.New(context.Background(), fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, _, js := testenv.JetStream(t)
+	r, err := New(Config{Pool: pool, JetStream: js, Hotel: provider.Hotel("http://127.0.0.1:1"), Payments: provider.Payments("http://127.0.0.1:1"), Cars: provider.Cars("http://127.0.0.1:1")})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	r.Register(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	for _, path := range []string{"/", "/findings", "/findings?all=1", "/view/T-1"} {
+		resp, err := http.Get(srv.URL + path)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s: %s", path, body)
+		require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"), path)
+		require.Equal(t, strconv.Itoa(app.RetryAfterSeconds), resp.Header.Get("Retry-After"), path)
+	}
 }
 
 // publishScenarioTrips publishes n trips cycling through the scenarios,
