@@ -145,7 +145,7 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	}
 	r := &Relay{cfg: cfg, wake: make(chan struct{}, 1), logged: map[string]time.Time{}}
 	r.m = relayMetrics{
-		published:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tripsaga_outbox_published_total", Help: "Outbox events published and acked by JetStream."}),
+		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "tripsaga_outbox_published_total", Help: "Outbox events published and acked by JetStream."}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tripsaga_outbox_publish_failures_total",
 			Help: "Failed publish attempts of outbox events, by cause: refused (the event itself; counts towards quarantine) or an outage (storage, limits, no_stream, no_leader, timeout, disconnected, server; never quarantines).",
