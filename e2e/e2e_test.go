@@ -152,12 +152,17 @@ func post(t *testing.T, body string, hdr map[string]string) (int, map[string]any
 	return resp.StatusCode, out, resp.Header
 }
 
-const validTrip = `{"traveler":{"name":"Ada Example","email":"ada@example.com"},"hotel":{"property_id":"P-100","check_in":"2026-12-18","nights":2},"car":{"car_class":"compact","pickup":"2026-12-18","return":"2026-12-20"},"payment":{"card_token":"tok_visa_ok","amount_cents":33000,"currency":"USD"}}`
+// validTrip is the README's example trip, three weeks from today (UTC):
+// the API refuses a check-in in the past.
+var validTrip = fmt.Sprintf(`{"traveler":{"name":"Ada Example","email":"ada@example.com"},"hotel":{"property_id":"P-100","check_in":%q,"nights":2},"car":{"car_class":"compact","pickup":%q,"return":%q},"payment":{"card_token":"tok_visa_ok","amount_cents":33000,"currency":"USD"}}`, day(21), day(21), day(23))
+
+// day returns the date n days from today (UTC), YYYY-MM-DD.
+func day(n int) string { return time.Now().UTC().AddDate(0, 0, n).Format(time.DateOnly) }
 
 func TestAPI(t *testing.T) {
 
 	t.Run("BadRequestNamesEveryField", func(t *testing.T) {
-		code, body, h := post(t, `{"traveler":{"name":"","email":"nope"},"hotel":{"property_id":"P","check_in":"2026-13-40","nights":0},"car":{"car_class":"c","pickup":"2026-12-20","return":"2026-12-18"},"payment":{"card_token":"t","amount_cents":-5,"currency":"usd"}}`, nil)
+		code, body, h := post(t, `{"traveler":{"name":"","email":"nope"},"hotel":{"property_id":"P","check_in":"2026-13-40","nights":0},"car":{"car_class":"c","pickup":"`+day(23)+`","return":"`+day(21)+`"},"payment":{"card_token":"t","amount_cents":-5,"currency":"usd"}}`, nil)
 		require.Equal(t, http.StatusBadRequest, code)
 		require.Equal(t, "application/problem+json", h.Get("Content-Type"))
 		var fields []string
@@ -174,7 +179,7 @@ func TestAPI(t *testing.T) {
 		code, body, _ = post(t, strings.Replace(validTrip, `"nights":2`, `"nights":"two"`, 1), nil)
 		require.Equal(t, http.StatusBadRequest, code)
 		require.Len(t, body["errors"], 1)
-		require.Equal(t, map[string]any{"field": "hotel.nights", "pointer": "#/hotel/nights", "detail": "must be a JSON integer"}, body["errors"].([]any)[0])
+		require.Equal(t, map[string]any{"field": "hotel.nights", "pointer": "#/hotel/nights", "detail": "must be a JSON integer from 1 to 30"}, body["errors"].([]any)[0])
 	})
 
 	t.Run("OversizedBodyIs413", func(t *testing.T) {
