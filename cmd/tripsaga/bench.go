@@ -1,123 +1,143 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
-	"slices"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
-	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/stack"
+	"github.com/tripsaga/tripsaga/internal/bench"
 )
 
 func benchCmd() *cobra.Command {
-	var n, conc int
-	var tripsURL string
+	var cfg bench.Config
+	var asJSON bool
+	var plotDir, dir string
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Book many trips at once and print throughput (trips/s) and answer latency (ms)",
-		Long: `bench starts the whole system (as up does; or uses --trips-url of a running
-one), books --trips trips from --concurrency clients with Prefer: wait=60,
-and prints how many were confirmed, the throughput in trips per second, and
-the answer time percentiles in ms. Every trip must end confirmed.`,
+		Short: "Measure the whole system and this machine's limits in one run: trips/s, answer ms, per-trip costs, relay and rebuild events/s",
+		Long: `bench starts a durable private PostgreSQL (fsync and synchronous_commit on,
+pg_stat_statements loaded) and the whole system on it, as up does, and in
+that one run measures:
+
+  baseline A  saga-step transactions/s on that cluster (inbox insert, row
+              update, outbox insert, commit; 16 connections, --baseline-a-seconds)
+  baseline B  JetStream async publishes/s of 512 B on the system's NATS server
+              (--baseline-b-seconds)
+  closed loop --trips trips from each --concurrency value of clients; the best
+              is the maximum trips/s, valid only when every trip is confirmed
+              and nothing is left pending after the run
+  open loop   trips sent at each --open share (%) of that maximum for
+              --open-seconds, with p50/p95/p99 answer ms and the rate achieved
+  per trip    PostgreSQL transactions and statements (pg_stat_statements) and
+              CPU ms of every process, PostgreSQL and NATS (/proc/<pid>/stat),
+              and the reconciler's lag
+  relay       outbox relay events/s draining --relay-events, and with writers
+  rebuild     reconciler rebuild events/s from --rebuild-events and twice that
+
+Every figure is also printed as a ratio to the baselines of the same run.
+With --trips-url it books trips on a running system and measures the trip
+runs only. The answer time is the time to the answer of POST /trips with
+Prefer: wait=60.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if tripsURL == "" {
-				dir, err := os.MkdirTemp("", "tripsaga-bench-")
+			if cmd.Flags().Changed("trips-url") {
+				u, err := bench.CheckURL("--trips-url", cfg.TripsURL)
 				if err != nil {
 					return err
 				}
-				defer os.RemoveAll(dir)
-				s, err := stack.Start(ctx, stack.Config{Dir: dir, Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
-				if err != nil {
-					return err
-				}
-				defer s.Stop()
-				tripsURL = s.URL("trips")
+				cfg.TripsURL = u
 			}
-			return runBench(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), tripsURL, n, conc)
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			cfg.Progress = progressWriter(cmd.ErrOrStderr())
+			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+			if cfg.TripsURL == "" {
+				if dir == "" {
+					d, err := os.MkdirTemp("", "tripsaga-bench-")
+					if err != nil {
+						return fmt.Errorf("bench: %w", err)
+					}
+					defer os.RemoveAll(d)
+					dir = d
+				}
+				cfg.Dir = dir
+			}
+			rep, err := bench.Run(ctx, cfg)
+			if rep == nil {
+				return err
+			}
+			if plotDir != "" {
+				files, perr := rep.Plot(plotDir)
+				if perr != nil {
+					return errors.Join(err, perr)
+				}
+				for _, f := range files {
+					fmt.Fprintln(cmd.ErrOrStderr(), "wrote", f)
+				}
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				if jerr := enc.Encode(rep); jerr != nil {
+					return errors.Join(err, jerr)
+				}
+			} else if werr := rep.WriteText(w); werr != nil {
+				return errors.Join(err, werr)
+			}
+			return err
 		},
 	}
-	cmd.Flags().IntVar(&n, "trips", 500, "trips to book")
-	cmd.Flags().IntVar(&conc, "concurrency", 32, "clients booking at once")
-	cmd.Flags().StringVar(&tripsURL, "trips-url", "", "trips API of a running system (default: start one)")
+	f := cmd.Flags()
+	f.IntVar(&cfg.Trips, "trips", 2000, "trips booked by each closed loop")
+	f.IntSliceVar(&cfg.Concurrency, "concurrency", []int{32}, "clients booking at once; several values (16,32,64) run one closed loop each and the best is the maximum")
+	f.IntSliceVar(&cfg.OpenPercents, "open", []int{25, 50, 80}, "open loops, each offered at this share (%) of the maximum trips/s")
+	f.Float64Var(&cfg.OpenSeconds, "open-seconds", 10, "how long each open loop sends trips, s (0: no open loops)")
+	f.Float64Var(&cfg.BaselineASeconds, "baseline-a-seconds", 10, "how long baseline A (saga-step transactions) runs, s")
+	f.Float64Var(&cfg.BaselineBSeconds, "baseline-b-seconds", 5, "how long baseline B (JetStream publishes) runs, s")
+	f.IntVar(&cfg.RelayEvents, "relay-events", 100000, "outbox backlog the relay drains, events")
+	f.IntVar(&cfg.RebuildEvents, "rebuild-events", 100000, "events of the smaller reconciler rebuild (the other has twice as many)")
+	f.BoolVar(&cfg.SimMemory, "sim-memory", true, "run the company simulators with their records in memory (serve sim --memory), so PostgreSQL works only for the system under test")
+	f.StringVar(&cfg.TripsURL, "trips-url", "", "trips API of a running system, e.g. http://127.0.0.1:7405 (default: start one and measure everything)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of tables")
+	f.StringVar(&plotDir, "plot", "", "write PNG charts (answer time against offered rate, throughput and answer time over the run) into this folder")
+	f.StringVar(&dir, "dir", "", "folder for the cluster, NATS stores and logs, kept afterwards (default: a temporary folder, removed)")
+	cmd.AddCommand(benchStackCmd())
 	return cmd
 }
 
-func runBench(ctx context.Context, out, errw io.Writer, url string, n, conc int) error {
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc}, Timeout: 90 * time.Second}
-	bar := progressbar.NewOptions(n, progressbar.OptionSetWriter(errw), progressbar.OptionSetDescription("booking"), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
-	var next atomic.Int64
-	var mu sync.Mutex
-	var lat []time.Duration
-	statuses := map[string]int{}
-	var failed atomic.Int64
-	start := time.Now()
-	var wg sync.WaitGroup
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > int64(n) || ctx.Err() != nil {
-					return
-				}
-				req := events.TripRequest{
-					Traveler: events.Person{Name: "Bench", Email: fmt.Sprintf("bench%d@example.com", i)},
-					Hotel:    events.HotelRequest{PropertyID: "P-100", CheckIn: "2026-12-18", Nights: 2},
-					Car:      events.CarRequest{CarClass: "compact", Pickup: "2026-12-18", Return: "2026-12-20"},
-					Payment:  events.PaymentRequest{CardToken: "tok_bench", AmountCents: 33000, Currency: "USD"},
-				}
-				body, _ := json.Marshal(req)
-				hr, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/trips", bytes.NewReader(body))
-				hr.Header.Set("Prefer", "wait=60")
-				t0 := time.Now()
-				resp, err := client.Do(hr)
-				if err != nil {
-					failed.Add(1)
-					continue
-				}
-				var trip struct {
-					Status string `json:"status"`
-				}
-				_ = json.NewDecoder(resp.Body).Decode(&trip)
-				resp.Body.Close()
-				d := time.Since(t0)
-				mu.Lock()
-				lat = append(lat, d)
-				statuses[trip.Status]++
-				mu.Unlock()
-				_ = bar.Add(1)
-			}
-		}()
+// benchStackCmd is the bench's stack process: the whole system with its
+// embedded NATS server, apart from the bench's own process.
+func benchStackCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:    "stack",
+		Short:  "Run the whole system for bench on DATABASE_URL; print its addresses as JSON; stop at EOF on stdin",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			return bench.ServeStack(cmd.Context(), dir, cmd.InOrStdin(), cmd.OutOrStdout(), log)
+		},
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	_ = bar.Finish()
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		if len(lat) == 0 {
-			return 0
-		}
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	cmd.Flags().StringVar(&dir, "dir", "", "folder for NATS data and the logs")
+	_ = cmd.MarkFlagRequired("dir")
+	return cmd
+}
+
+// progressWriter returns w when it is a terminal, and nil (no progress bar)
+// otherwise: a bar redrawn into a file or pipe is a line per update.
+func progressWriter(w io.Writer) io.Writer {
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return nil
 	}
-	fmt.Fprintf(out, "trips: %d in %.2f s with %d clients: %.1f trips/s\n", n, elapsed.Seconds(), conc, float64(len(lat))/elapsed.Seconds())
-	fmt.Fprintf(out, "answers: %v, request errors: %d\n", statuses, failed.Load())
-	fmt.Fprintf(out, "answer ms: p50 %.1f  p90 %.1f  p99 %.1f  max %.1f\n", pct(0.50), pct(0.90), pct(0.99), pct(1))
-	if statuses["confirmed"] != n {
-		return fmt.Errorf("%d of %d trips confirmed", statuses["confirmed"], n)
-	}
-	return nil
+	return w
 }

@@ -1,0 +1,144 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteText prints the report as tables, every figure with its ratio to the
+// run's baselines where one applies. It never prints Go map syntax.
+func (rep *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("tripsaga bench, %s, %.0f s\n", rep.Started.Format("2006-01-02 15:04 UTC"), rep.DurationS)
+	m := rep.Machine
+	p("machine: %d CPUs (%s), %.1f GB, Linux %s, %s, NATS server %s, load average at start %s\n",
+		m.CPUs, m.CPUModel, m.MemoryGB, m.Kernel, m.GoVersion, m.NATS, m.LoadAvg)
+	if rep.Mode == "external" {
+		p("system: external (--trips-url); baselines, per-trip costs, relay and rebuild are not measured\n")
+	} else {
+		var ss []string
+		for _, s := range rep.Postgres {
+			ss = append(ss, s.Name+"="+s.Value)
+		}
+		p("PostgreSQL: %s\n", strings.Join(ss, " "))
+		p("company simulators' records: %s\n", rep.SimStore)
+		p("NATS: %s\n", rep.NATSNote)
+		p("\nBASELINES (same cluster, same NATS server, this run)\n")
+		p("  A  saga-step transactions/s (inbox insert + row update + outbox insert + commit, 16 connections)  %s\n", num(rep.SagaStepTPS))
+		p("  B  JetStream async publishes/s (512 B, file stream)                                             %s\n", num(rep.JSPublishPerS))
+	}
+	p("\nTRIPS\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  RUN\tTRIPS\tOFFERED/S\tACHIEVED/S\tA ÷ ACHIEVED\tP50 MS\tP95 MS\tP99 MS\tMAX MS\tANSWERS\tERRORS\tSETTLED")
+	row := func(r LoadRun) {
+		name, offered := fmt.Sprintf("closed, %d clients", r.Clients), "-"
+		if r.Mode == "open" {
+			name, offered = fmt.Sprintf("open, %d %% of max", r.OfferedPercent), num(r.OfferedPerS)
+		}
+		ratio := "-"
+		if rep.SagaStepTPS > 0 && r.AchievedPerS > 0 {
+			ratio = fmt.Sprintf("%.1f", rep.SagaStepTPS/r.AchievedPerS)
+		}
+		settled := "yes"
+		if !r.Settled {
+			settled = "NO: " + r.SettledNote
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\n", name, r.Trips, offered, num(r.AchievedPerS), ratio,
+			r.Answer.P50, r.Answer.P95, r.Answer.P99, r.Answer.Max, FormatCounts(r.Answers), FormatCounts(r.Errors), settled)
+	}
+	for _, r := range rep.ClosedLoop {
+		row(r)
+	}
+	for _, r := range rep.OpenLoop {
+		row(r)
+	}
+	_ = tw.Flush()
+	p("  max sustained: %s trips/s\n", num(rep.TripsPerS))
+	if rep.Mode == "full" {
+		p("\nPER TRIP (best closed loop; the window includes settling and idle polling)\n")
+		p("  PostgreSQL transactions  %.1f   (idle: %.1f tx/s)\n", rep.PGTransactionsPerTrip, rep.PGIdleTransactionsPerS)
+		p("  PostgreSQL statements    %.1f   (%.1f without BEGIN/COMMIT)\n", rep.PGStatementsPerTrip, rep.PGStatementsPerTripNoTxControl)
+		p("  CPU ms per trip, total   %.2f\n", rep.CPUMSPerTrip)
+		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "    PROCESS\tMS/TRIP\tIDLE MS/S")
+		for _, c := range rep.CPU {
+			fmt.Fprintf(tw, "    %s\t%.2f\t%.1f\n", c.Process, c.MSPerTrip, c.IdleMSPerS)
+		}
+		_ = tw.Flush()
+		p("  reconciler lag (event made → applied): p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", rep.ReconcilerLag.P50, rep.ReconcilerLag.P99, rep.ReconcilerLag.Max)
+		if len(rep.TopStatements) > 0 {
+			p("  most called statements (calls per trip, exec ms per trip):\n")
+			for _, s := range rep.TopStatements {
+				p("    %6.2f  %7.3f  %s\n", s.CallsPerTrip, s.TotalMSPerTrip, s.Query)
+			}
+		}
+		r := rep.Relay
+		p("\nOUTBOX RELAY (outbox.Write + one Relay.PublishBatch loop, scratch schema, scratch NATS)\n")
+		p("  draining a %s-event backlog          %s events/s\n", num(float64(r.Backlog)), num(r.DrainPerS))
+		p("  draining it with %d writers running    %s events/s (writers meanwhile: %s events/s)\n", r.Writers, num(r.WithWritersPerS), num(r.WritersPerS))
+		p("  writing the backlog                    %s events/s\n", num(r.WritePerS))
+		p("\nRECONCILER REBUILD (reconciler.Replay, scratch schema, scratch NATS)\n")
+		for _, x := range rep.Rebuild {
+			p("  %s events (%d trips)  %.2f s  %s events/s\n", num(float64(x.Events)), x.Trips, x.DurationS, num(x.EventsPerS))
+		}
+		lin := "yes"
+		if !rep.RebuildLinear {
+			lin = "NO"
+		}
+		p("  2n ÷ n time: %.2f (linear enough, ≤ 2.2: %s)\n", rep.RebuildTimeRatio, lin)
+	}
+	if len(rep.Ratios) > 0 {
+		p("\nRATIOS AND TARGETS (this run)\n")
+		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		for _, r := range rep.Ratios {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.Name, num(r.Value), r.Target)
+		}
+		_ = tw.Flush()
+	}
+	for _, n := range rep.Notes {
+		p("note: %s\n", n)
+	}
+	if rep.Settled {
+		p("\nevery trip confirmed; nothing pending after any run\n")
+	} else {
+		p("\nNOT SETTLED: some trip was not confirmed or was left pending (see SETTLED)\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// num prints a figure with thousands separators and at most 2 decimals.
+func num(v float64) string {
+	neg := v < 0
+	if neg {
+		v = -v
+	}
+	var s string
+	switch {
+	case v >= 100:
+		s = fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		s = fmt.Sprintf("%.1f", v)
+	default:
+		s = fmt.Sprintf("%.2f", v)
+	}
+	intPart, frac, _ := strings.Cut(s, ".")
+	var out []byte
+	for i := range len(intPart) {
+		if i > 0 && (len(intPart)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, intPart[i])
+	}
+	s = string(out)
+	if frac != "" {
+		s += "." + frac
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
+}
