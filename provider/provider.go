@@ -40,6 +40,26 @@ const (
 // The operation may or may not have happened; ask again by the same key.
 var ErrUnknownOutcome = errors.New("provider: outcome unknown")
 
+// RefusedError is returned by [Client.Undo] when the company refuses the
+// undo for good with a 4xx answer (e.g. 422 {"error":"card closed"}, 401
+// expired credentials): asking again by the same key will not change the
+// answer until a person acts. It does not wrap [ErrUnknownOutcome]; 408,
+// 425 and 429 are not refusals (the company asks to be asked again) and
+// do wrap it.
+type RefusedError struct {
+	// Op is the undo verb ("refund", "release", "cancel").
+	Op string
+	// Code is the HTTP status code.
+	Code int
+	// Reason is the company's own words (the body's "error", "reason" or
+	// "status"), or the status text.
+	Reason string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("provider: %s refused by the company: %d %s", e.Op, e.Code, e.Reason)
+}
+
 // Result is a deciding answer.
 type Result struct {
 	Outcome Outcome
@@ -186,8 +206,8 @@ func (c *Client) Create(ctx context.Context, key string, body any) (Result, erro
 }
 
 // Undo POSTs /<Resource>/{key}/<UndoVerb>. It returns Undone, or None when
-// the company never saw key (nothing to undo); anything else is an error
-// wrapping [ErrUnknownOutcome].
+// the company never saw key (nothing to undo); a 4xx refusal is a
+// [*RefusedError]; anything else is an error wrapping [ErrUnknownOutcome].
 func (c *Client) Undo(ctx context.Context, key string) (Result, error) {
 	if c.UndoVerb == "" {
 		return Result{}, fmt.Errorf("provider: %s cannot be undone", c.Resource)
@@ -195,6 +215,19 @@ func (c *Client) Undo(ctx context.Context, key string) (Result, error) {
 	a, err := c.do(ctx, http.MethodPost, "/"+c.Resource+"/"+url.PathEscape(key)+"/"+c.UndoVerb, "", nil)
 	if err != nil {
 		return Result{}, err
+	}
+	if a.code >= 400 && a.code < 500 && a.code != http.StatusRequestTimeout && a.code != http.StatusTooEarly && a.code != http.StatusTooManyRequests {
+		why := str(a.body, "error")
+		if why == "" {
+			why = str(a.body, "reason")
+		}
+		if why == "" {
+			why = str(a.body, "status")
+		}
+		if why == "" {
+			why = http.StatusText(a.code)
+		}
+		return Result{}, &RefusedError{Op: c.UndoVerb, Code: a.code, Reason: why}
 	}
 	if a.code != http.StatusOK {
 		return Result{}, fmt.Errorf("%w: %s %s: unexpected %d", ErrUnknownOutcome, c.UndoVerb, key, a.code)

@@ -498,6 +498,15 @@ func (r *Runner) undo(ctx context.Context, claimed dbsqlc.Step) {
 			return nil, nil
 		}
 		now := time.Now()
+		var refused *provider.RefusedError
+		if errors.As(callErr, &refused) {
+			// A definitive answer, not an unknown one: say so at once and
+			// ask again only rarely, until a person acts.
+			row.LastError = new(callErr.Error())
+			row.NextAttemptAt = now.Add(r.t.UndoBackoffMax)
+			r.log.Error("saga: the company refused the undo; retrying at the longest backoff until a person acts", "trip_id", row.TripID, "key", row.IdempotencyKey, "attempt", row.UndoAttempts, "err", callErr)
+			return nil, r.raise(ctx, tx, row, IncidentCompensationRefused, int(row.UndoAttempts), callErr.Error())
+		}
 		if callErr != nil {
 			row.LastError = new(callErr.Error())
 			row.NextAttemptAt = now.Add(backoff(row.UndoAttempts, r.t.UndoBackoffMin, r.t.UndoBackoffMax))

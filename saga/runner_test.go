@@ -239,6 +239,45 @@ func TestRunner(t *testing.T) {
 		require.NotNil(t, inc[0].ResolvedAt, "resolved once the undo worked")
 	})
 
+	t.Run("ARefusedCompensationRaisesAnIncidentAtOnceAndSlowsToTheLongestBackoff", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		require.NoError(t, sim.AddFault(ctx, b.hotelURL, sim.Rule{Op: sim.OpRelease, Fault: sim.FaultRefuse, Reason: "property closed"}))
+		slow := fast
+		slow.UndoBackoffMax = time.Hour
+		r := runner(t, b, slow)
+		request(t, b, r, "T-refused", "refused@x.io")
+		recoverPass(t, r)
+		undo(t, b, r, "T-refused")
+		runUntil(t, r, func() bool {
+			inc, err := saga.Incidents(ctx, b.pool)
+			require.NoError(t, err)
+			return len(inc) == 1
+		}, "an incident is raised")
+		inc, err := saga.Incidents(ctx, b.pool)
+		require.NoError(t, err)
+		require.Equal(t, saga.IncidentCompensationRefused, inc[0].Kind, "a refusal is not an unknown outcome")
+		require.Equal(t, 1, inc[0].Attempts, "raised at the first refusal, not after IncidentAfter attempts")
+		require.Contains(t, inc[0].LastError, "release refused by the company: 422 property closed")
+		s := step(t, b, "T-refused")
+		require.Equal(t, "compensating", s.Status, "the trip stays canceling while the undo is owed")
+		require.Equal(t, 1, s.UndoAttempts)
+		var waitsLong bool
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT next_attempt_at > now() + interval '30 minutes' FROM steps WHERE trip_id = 'T-refused'").Scan(&waitsLong))
+		require.True(t, waitsLong, "the next try waits the longest backoff")
+		require.Equal(t, "held", companyStatus(t, b, "T-refused:hotel"))
+
+		// A person fixes the cause and asks for a retry now.
+		require.NoError(t, sim.ClearFaults(ctx, b.hotelURL))
+		_, err = b.pool.Exec(ctx, "UPDATE steps SET next_attempt_at = now() WHERE trip_id = 'T-refused'")
+		require.NoError(t, err)
+		runUntil(t, r, func() bool { return step(t, b, "T-refused").Status == "compensated" }, "compensated once the company accepts")
+		require.Equal(t, "released", companyStatus(t, b, "T-refused:hotel"))
+		inc, err = saga.Incidents(ctx, b.pool)
+		require.NoError(t, err)
+		require.NotNil(t, inc[0].ResolvedAt, "resolved once the undo worked")
+	})
+
 	t.Run("UndoBeforeItsStepVoidsIt", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

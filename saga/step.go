@@ -61,6 +61,10 @@ const (
 	IncidentCompensationStuck = "compensation_stuck"
 	IncidentForwardStuck      = "forward_stuck"
 	IncidentForwardRefused    = "forward_refused"
+	// IncidentCompensationRefused: the company refused the undo for good
+	// (a 4xx such as 422 "card closed"); raised at the first refusal, and
+	// the undo is retried at the longest backoff until a person acts.
+	IncidentCompensationRefused = "compensation_refused"
 )
 
 // Company is the port to the outside company of one step. provider.Client

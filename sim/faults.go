@@ -50,6 +50,10 @@ const (
 	// FaultSlowAnswer commits at once, then answers Rule.DelayMS later (or
 	// not at all if the caller gives up first).
 	FaultSlowAnswer = "slow_answer"
+	// FaultRefuse answers 422 {"error": Rule.Reason} (default "refused")
+	// and nothing happens: a company refusing for good, e.g. a refund to a
+	// closed card. Applies to every op, replays included.
+	FaultRefuse = "refuse"
 )
 
 // Default delays of the faults that wait, used when Rule.DelayMS is 0.
@@ -87,6 +91,8 @@ type Rule struct {
 	// DelayMS (hang, commit_late, slow_answer), in milliseconds. Defaults to
 	// [HangDefault], [CommitLateDefault], [SlowAnswerDefault].
 	DelayMS int `json:"delay_ms,omitempty"`
+	// Reason (fault refuse only) is the refusal's "error" text.
+	Reason string `json:"reason,omitempty"`
 	// Applied counts the requests the rule was applied to (read only).
 	Applied int `json:"applied,omitempty"`
 }
@@ -99,6 +105,7 @@ type ruleWire struct {
 	Times   int                        `json:"times"`
 	ForMS   int                        `json:"for_ms"`
 	DelayMS int                        `json:"delay_ms"`
+	Reason  string                     `json:"reason"`
 }
 
 func isBusinessFault(f string) bool { return f == FaultSoldOut || f == FaultDeclined }
@@ -132,9 +139,12 @@ func (r Rule) validate(ops []string) error {
 		if r.Op != OpCharge {
 			return fmt.Errorf("fault: declined applies to op charge, not %q", r.Op)
 		}
-	case FaultFail, FaultLoseAnswer, FaultHang, FaultCommitLate, FaultSlowAnswer:
+	case FaultFail, FaultLoseAnswer, FaultHang, FaultCommitLate, FaultSlowAnswer, FaultRefuse:
 	default:
-		return fmt.Errorf("fault: want one of sold_out, declined, fail, lose_answer, hang, commit_late, slow_answer, got %q", r.Fault)
+		return fmt.Errorf("fault: want one of sold_out, declined, fail, lose_answer, hang, commit_late, slow_answer, refuse, got %q", r.Fault)
+	}
+	if r.Reason != "" && r.Fault != FaultRefuse {
+		return fmt.Errorf("reason: applies to fault refuse only")
 	}
 	if r.Times < 0 {
 		return fmt.Errorf("times: must not be negative, got %d", r.Times)
@@ -244,7 +254,7 @@ func (c *company) handleFaultAdd(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnprocessableEntity, "body: "+err.Error())
 		return
 	}
-	rule := Rule{Op: wire.Op, Fault: wire.Fault, Times: wire.Times, ForMS: wire.ForMS, DelayMS: wire.DelayMS}
+	rule := Rule{Op: wire.Op, Fault: wire.Fault, Times: wire.Times, ForMS: wire.ForMS, DelayMS: wire.DelayMS, Reason: wire.Reason}
 	if len(wire.Match) > 0 {
 		rule.Match = make(map[string]string, len(wire.Match))
 		for k, raw := range wire.Match {
@@ -305,6 +315,12 @@ func (c *company) run(w http.ResponseWriter, r *http.Request, key string, rule *
 	switch rule.Fault {
 	case FaultFail:
 		writeError(w, http.StatusServiceUnavailable, "unavailable")
+	case FaultRefuse:
+		why := rule.Reason
+		if why == "" {
+			why = "refused"
+		}
+		writeError(w, http.StatusUnprocessableEntity, why)
 	case FaultHang:
 		t := time.NewTimer(rule.delay())
 		defer t.Stop()
