@@ -2,6 +2,7 @@ package events
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -141,6 +142,17 @@ func TestCurrencySupplementStillNeeded(t *testing.T) {
 		_, err := currency.ParseISO(c)
 		require.Errorf(t, err, "golang.org/x/text/currency knows %s now: remove it from the supplement", c)
 	}
+}
+
+// The contract lists exactly the accepted currencies.
+func TestCurrenciesAreTheContractsList(t *testing.T) {
+	b, err := os.ReadFile("../docs/contracts/trips-api.md")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(b), "<!-- currencies: begin -->")
+	require.True(t, ok)
+	list, _, ok := strings.Cut(rest, "<!-- currencies: end -->")
+	require.True(t, ok)
+	require.Equal(t, Currencies(), strings.Fields(list), "docs/contracts/trips-api.md lists the accepted currencies")
 }
 
 // Item 10: lengths, control characters, emails.

@@ -410,7 +410,14 @@ func (s *Service) create(ctx context.Context, key string, req events.TripRequest
 		return dbsqlc.Trip{}, err
 	}
 	s.relay.Wake()
-	return queries.TripGet(ctx, s.cfg.Pool, id)
+	row, err := queries.TripGet(ctx, s.cfg.Pool, id)
+	if err != nil {
+		// The trip is recorded: answer it as it was written rather than
+		// an error that would invite a second booking.
+		now := time.Now()
+		return dbsqlc.Trip{TripID: id, IdempotencyKey: keyp, Fingerprint: fp, Request: body, Status: StatusPending, CreatedAt: now, UpdatedAt: now}, nil
+	}
+	return row, nil
 }
 
 // waitSettled waits up to d for the trip to reach a final status, woken by
