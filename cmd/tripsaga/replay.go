@@ -2,7 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -11,31 +15,58 @@ import (
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
+// projections are what `tripsaga replay` can rebuild, by name, with what
+// each holds.
+var projections = []struct{ name, about string }{ //nolint:gochecknoglobals // read-only
+	{reconciler.ProjectionName, "the reconciler's trip_view (the event kinds seen per trip), from the TRIPS, HOTEL, PAYMENT and CAR streams"},
+}
+
+// errUnknownProjection is returned for a name not in projections.
+var errUnknownProjection = errors.New("no such projection")
+
+func projectionList() string {
+	var b strings.Builder
+	for _, p := range projections {
+		fmt.Fprintf(&b, "  %-11s %s\n", p.name, p.about)
+	}
+	return b.String()
+}
+
 func replayCmd() *cobra.Command {
 	var asJSON bool
 	var batch int
+	var dir string
 	cmd := &cobra.Command{
 		Use:   "replay <projection>",
-		Short: "Rebuild a projection from the event streams (only \"reconciler\"); configured by NATS_URL and DATABASE_URL",
-		Long: `Rebuild a projection from the event streams.
+		Short: "Rebuild a projection from the event streams (\"tripsaga replay\" lists them); uses NATS_URL and DATABASE_URL, or the up running in --dir",
+		Long: `Rebuild a projection from the event streams. Without a name, list the
+projections that can be replayed:
 
+` + projectionList() + `
 "tripsaga replay reconciler" clears the reconciler's trip_view and its inbox
 rows, then reads the TRIPS, HOTEL, PAYMENT and CAR streams from sequence 1
 with new ordered consumers and applies every event again. It is safe while
 "tripsaga serve reconciler" runs: advisory locks keep the live projection
 from straddling the clear and pause its sweeps until the replay ends, and
-both write the same inbox rows, so no event counts twice.`,
-		Args:      cobra.ExactArgs(1),
+both write the same inbox rows, so no event counts twice.
+
+It reaches NATS and PostgreSQL by NATS_URL and DATABASE_URL, or, with
+--dir D, through the "tripsaga up --dir D" running there (D/up.env); with
+neither, through an up running in the default folder .tripsaga.`,
+		Args:      cobra.MaximumNArgs(1),
 		ValidArgs: []string{reconciler.ProjectionName},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if args[0] != reconciler.ProjectionName {
-				return fmt.Errorf("%w: %q: only %q can be replayed", reconciler.ErrUnknownProjection, args[0], reconciler.ProjectionName)
+			w := cmd.OutOrStdout()
+			if len(args) == 0 {
+				fmt.Fprintf(w, "projections that can be replayed (tripsaga replay <name>):\n%s", projectionList())
+				return nil
 			}
-			env, err := app.EnvFromOS()
+			name := args[0]
+			if name != reconciler.ProjectionName {
+				return fmt.Errorf("replay %q: %w; these can be replayed:\n%s", name, errUnknownProjection, strings.TrimRight(projectionList(), "\n"))
+			}
+			env, err := envForTool(dir, "NATS_URL", "DATABASE_URL")
 			if err != nil {
-				return fmt.Errorf("replay: %w", err)
-			}
-			if err := env.Require("NATS_URL", "DATABASE_URL"); err != nil {
 				return fmt.Errorf("replay: %w", err)
 			}
 			p, err := app.Open(cmd.Context(), "replay", reconciler.Schema, env, true, tripsql.SetSaga, tripsql.SetReconciler)
@@ -43,28 +74,35 @@ both write the same inbox rows, so no event counts twice.`,
 				return fmt.Errorf("replay: %w", err)
 			}
 			defer p.Close()
-			stats, err := reconciler.ReplayProjection(cmd.Context(), args[0], reconciler.ReplayConfig{
-				Pool: p.Pool, JetStream: p.JS, BatchSize: batch, Logger: p.Log,
+			// The result is printed once, below; the log only says what
+			// goes wrong.
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})).With("service", "replay")
+			stats, err := reconciler.ReplayProjection(cmd.Context(), name, reconciler.ReplayConfig{
+				Pool: p.Pool, JetStream: p.JS, BatchSize: batch, Logger: log,
 			})
 			if err != nil {
-				return fmt.Errorf("replay %s: %w", args[0], err)
+				return fmt.Errorf("replay %s: %w", name, err)
 			}
-			w := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")
 				return enc.Encode(stats)
 			}
-			fmt.Fprintf(w, "replayed %s: %d events read (%d applied, %d duplicates, %d skipped) into %d trips in %s (%.0f events/s)\n",
-				args[0], stats.Events, stats.Applied, stats.Duplicates, stats.Skipped, stats.Trips,
-				stats.Duration.Round(1e6), stats.EventsPerSecond())
-			for _, s := range []string{"TRIPS", "HOTEL", "PAYMENT", "CAR"} {
-				fmt.Fprintf(w, "  %-8s %d events\n", s, stats.PerStream[s])
-			}
+			printReplay(w, name, stats)
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the stats as JSON")
 	cmd.Flags().IntVar(&batch, "batch", reconciler.ReplayBatchSizeDefault, "events applied per transaction")
+	cmd.Flags().StringVar(&dir, "dir", "", "use the `tripsaga up` running in this folder (its up.env) instead of NATS_URL and DATABASE_URL")
 	return cmd
+}
+
+func printReplay(w io.Writer, name string, stats reconciler.ReplayStats) {
+	fmt.Fprintf(w, "replayed %s: %d events read (%d applied, %d duplicates, %d skipped) into %d trips in %s (%.0f events/s)\n",
+		name, stats.Events, stats.Applied, stats.Duplicates, stats.Skipped, stats.Trips,
+		stats.Duration.Round(1e6), stats.EventsPerSecond())
+	for _, s := range []string{"TRIPS", "HOTEL", "PAYMENT", "CAR"} {
+		fmt.Fprintf(w, "  %-8s %d events\n", s, stats.PerStream[s])
+	}
 }

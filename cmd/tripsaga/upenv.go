@@ -1,0 +1,75 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/internal/stack"
+)
+
+// defaultUpDir is `tripsaga up`'s default --dir.
+const defaultUpDir = ".tripsaga"
+
+// errNoUp is wrapped by [envFromUpDir] when no `tripsaga up` runs in the
+// folder.
+var errNoUp = errors.New("no tripsaga up runs there")
+
+// envFromUpDir returns the environment of the `tripsaga up` (or `demo`)
+// running in dir, read from the dir/up.env it wrote: NATS_URL,
+// DATABASE_URL, HOTEL_URL, PAYMENTS_URL, CARS_URL, MAIL_URL, TRIPS_URL
+// and RECONCILER_URL, as URLs. Errors wrap [errNoUp] when nothing holds
+// dir's lock (the file, if any, is from a run that ended), or are those of
+// reading the file.
+func envFromUpDir(dir string) (map[string]string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	_, running, err := stack.Running(abs)
+	if err != nil {
+		return nil, err
+	}
+	if !running {
+		return nil, fmt.Errorf("%s: %w (start one with: tripsaga up --dir %s)", abs, errNoUp, dir)
+	}
+	env, err := stack.ReadEnvFile(abs)
+	if err != nil {
+		return nil, fmt.Errorf("the tripsaga up in %s: %w", abs, err)
+	}
+	return env, nil
+}
+
+// envForTool is the environment of a command that uses a running system
+// (replay, outbox): with dir set, the `tripsaga up` running there;
+// otherwise the process environment, and when that lacks NATS_URL and
+// DATABASE_URL, a `tripsaga up` running in the default folder. Errors
+// say which variables are missing and how to point at a running up.
+func envForTool(dir string, need ...string) (app.Env, error) {
+	if dir == "" && (os.Getenv("NATS_URL") == "" || os.Getenv("DATABASE_URL") == "") {
+		if _, running, _ := stack.Running(defaultUpDir); running {
+			dir = defaultUpDir
+		}
+	}
+	if dir != "" {
+		vars, err := envFromUpDir(dir)
+		if err != nil {
+			return app.Env{}, err
+		}
+		for k, v := range vars {
+			if err := os.Setenv(k, v); err != nil {
+				return app.Env{}, err
+			}
+		}
+	}
+	env, err := app.EnvFromOS()
+	if err != nil {
+		return env, err
+	}
+	if err := env.Require(need...); err != nil {
+		return env, fmt.Errorf("%w\n(set them as `tripsaga up` prints them, or name the folder of a running up with --dir)", err)
+	}
+	return env, nil
+}
