@@ -1,11 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,44 +19,72 @@ func upCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start everything on this machine: embedded NATS, a private PostgreSQL, the simulators and every service; Ctrl-C stops it all",
+		Long: `up starts the whole system on this machine and supervises it until Ctrl-C:
+an embedded NATS server (JetStream data in D/nats), a private PostgreSQL
+cluster (D/pg, made with the machine's initdb and pg_ctl), the company
+simulators and every service as its own process (logs in D/logs). A
+process that dies is started again, PostgreSQL and NATS included, and up
+says so on stderr.
+
+One up per folder: a second one on the same --dir is refused while the
+first runs, whatever its --port. up prints every URL as export lines and
+writes them to D/up.env; "tripsaga replay --dir D" finds them there.
+
+If up itself is killed (SIGKILL), its services stop with it but the
+PostgreSQL server keeps running; the next up in the folder adopts it, says
+so, and stops it on Ctrl-C. Run as root, the PostgreSQL binaries run as the
+postgres OS user; up never changes the modes of the folders above D: when
+postgres cannot reach D/pg, the cluster lives in /var/lib/tripsaga/postgres,
+linked from D/pg/data.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			abs, err := filepath.Abs(dir)
 			if err != nil {
 				return err
 			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			fmt.Fprintf(cmd.OutOrStdout(), "starting in %s ...\n", abs)
 			s, err := stack.Start(cmd.Context(), stack.Config{
 				Dir: abs, BasePort: basePort, Durable: true, DatabaseURL: os.Getenv("DATABASE_URL"), Logger: log,
 			})
+			var inUse *stack.PortInUseError
+			if errors.As(err, &inUse) {
+				return fmt.Errorf("%w\n(another tripsaga up may be running.) Choose other ports with --port N: NATS listens on N and the processes on N+1 to N+%d, e.g. --port %d; --port 0 takes any free ports",
+					err, len(stack.Processes), inUse.Port-inUse.Port%100+100)
+			}
 			if err != nil {
 				return err
 			}
 			defer s.Stop()
-			printStack(cmd, s)
+			printStack(cmd, s, abs)
 			fmt.Fprintln(cmd.OutOrStdout(), "\nCtrl-C stops everything.")
 			<-cmd.Context().Done()
 			fmt.Fprintln(cmd.OutOrStdout(), "stopping ...")
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&dir, "dir", ".tripsaga", "folder for NATS and PostgreSQL data and the logs")
+	cmd.Flags().StringVar(&dir, "dir", defaultUpDir, "folder for NATS and PostgreSQL data and the logs; one up at a time per folder")
 	cmd.Flags().IntVar(&basePort, "port", 7400, "NATS listens here, the processes on the next ports (0 = any free ports)")
 	return cmd
 }
 
-func printStack(cmd *cobra.Command, s *stack.Stack) {
+func printStack(cmd *cobra.Command, s *stack.Stack, dir string) {
 	w := cmd.OutOrStdout()
 	fmt.Fprintf(w, "NATS (JetStream)  %s\n", s.NATSURL)
 	fmt.Fprintf(w, "PostgreSQL        %s\n", s.DatabaseURL)
+	if s.PostgresAdopted {
+		fmt.Fprintf(w, "                  adopted: this PostgreSQL server was already running on %s, left by an earlier up that was killed\n                  without stopping it; this up uses it and stops it on Ctrl-C\n",
+			filepath.Join(dir, "pg", "data"))
+	}
 	for _, name := range stack.Processes {
 		fmt.Fprintf(w, "%-17s %-28s log %s\n", name, s.URL(name), s.LogPath(name))
 	}
-	urls := s.CompanyURLs()
-	var parts []string
-	for _, k := range []string{"HOTEL_URL", "PAYMENTS_URL", "CARS_URL", "MAIL_URL"} {
-		parts = append(parts, k+"="+urls[k])
+	env := s.Env()
+	fmt.Fprintf(w, "\nenvironment (also in %s; or use --dir %s with tripsaga replay):\n", filepath.Join(dir, stack.EnvFile), dir)
+	for _, k := range stack.EnvNames(env) {
+		fmt.Fprintln(w, stack.ExportLine(k, env[k]))
 	}
-	fmt.Fprintf(w, "companies         %s\n", strings.Join(parts, " "))
-	fmt.Fprintf(w, "\nbook a trip:\n  curl -s -XPOST %s/trips -H 'Prefer: wait=10' -d '{\"traveler\":{\"name\":\"Ada Example\",\"email\":\"ada@example.com\"},\"hotel\":{\"property_id\":\"P-100\",\"check_in\":\"2026-12-18\",\"nights\":2},\"car\":{\"car_class\":\"compact\",\"pickup\":\"2026-12-18\",\"return\":\"2026-12-20\"},\"payment\":{\"card_token\":\"tok_visa_ok\",\"amount_cents\":33000,\"currency\":\"USD\"}}'\n", s.URL("trips"))
+	day := time.Now().AddDate(0, 0, 30)
+	in, back := day.Format(time.DateOnly), day.AddDate(0, 0, 2).Format(time.DateOnly)
+	fmt.Fprintf(w, "\nbook a trip:\n  curl -s -XPOST %s/trips -H 'Prefer: wait=10' -d '{\"traveler\":{\"name\":\"Ada Example\",\"email\":\"ada@example.com\"},\"hotel\":{\"property_id\":\"P-100\",\"check_in\":\"%s\",\"nights\":2},\"car\":{\"car_class\":\"compact\",\"pickup\":\"%s\",\"return\":\"%s\"},\"payment\":{\"card_token\":\"tok_visa_ok\",\"amount_cents\":33000,\"currency\":\"USD\"}}'\n",
+		s.URL("trips"), in, in, back)
 }

@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -103,6 +104,7 @@ type child struct {
 	cmd      *exec.Cmd
 	done     chan struct{}
 	restarts int
+	killed   bool // by Stack.Kill, on purpose; guarded by Stack.mu
 }
 
 // URL returns the base URL of a process ("http://127.0.0.1:port").
@@ -304,7 +306,9 @@ func (s *Stack) retry(what string, f func(context.Context) error) bool {
 		if err == nil {
 			return true
 		}
-		s.cfg.Logger.Error(what+" failed; trying again", "attempt", attempt, "in", wait, "err", err)
+		// The first attempts after a kill often fail while the dead
+		// server's backends exit; the full error is in its log.
+		s.cfg.Logger.Warn(what+" failed; trying again", "attempt", attempt, "in", wait, "err", lastLine(err))
 		select {
 		case <-s.quit:
 			return false
@@ -380,12 +384,16 @@ func (s *Stack) startChild(name string) error {
 		logf.Close()
 		close(c.done)
 		s.mu.Lock()
-		stopped := s.stopped
+		stopped, killed := s.stopped, c.killed
 		s.mu.Unlock()
 		if stopped {
 			return
 		}
-		s.cfg.Logger.Warn("process exited; restarting", "process", name, "err", err)
+		if killed {
+			s.cfg.Logger.Warn("process exited; restarting", "process", name, "err", err, "cause", "Stack.Kill, on purpose")
+		} else {
+			s.cfg.Logger.Warn("process exited; restarting", "process", name, "err", err)
+		}
 		time.Sleep(200 * time.Millisecond)
 		s.mu.Lock()
 		stopped = s.stopped
@@ -409,6 +417,9 @@ func (s *Stack) Kill(name string) (pid int, err error) {
 		return 0, fmt.Errorf("stack: no process %s", name)
 	}
 	pid = c.cmd.Process.Pid
+	s.mu.Lock()
+	c.killed = true
+	s.mu.Unlock()
 	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		return pid, err
 	}
@@ -493,6 +504,12 @@ func (s *Stack) Stop() {
 	if s.lock != nil {
 		s.lock.Close() // releases the folder's lock
 	}
+}
+
+// lastLine returns the last non-blank line of err's text.
+func lastLine(err error) string {
+	lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 func freePort() (int, error) {
