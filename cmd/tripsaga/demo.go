@@ -53,13 +53,13 @@ func runDemo(ctx context.Context, out, errw io.Writer, dir string, keep, asJSON 
 	}
 	fmt.Fprintf(errw, "starting NATS, PostgreSQL, the simulators and every service in %s ...\n", dir)
 	start := time.Now()
-	s, err := stack.Start(ctx, stack.Config{Dir: dir, Logger: slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	s, err := stack.Start(ctx, stack.Config{Dir: dir, Logger: demoLogger(errw)})
 	if err != nil {
 		return err
 	}
 	defer s.Stop()
 	fmt.Fprintf(errw, "up in %s; trips API at %s\n", time.Since(start).Round(time.Millisecond), s.URL("trips"))
-	env := demoEnv(s)
+	env := demoEnv(s, errw)
 	outcomes := runSituations(ctx, env, func(o *demo.Outcome) {
 		fmt.Fprintf(errw, "  %-45s %s, %s\n", o.Situation, o.Status, o.Verdict)
 	})
@@ -84,16 +84,31 @@ func runDemo(ctx context.Context, out, errw io.Writer, dir string, keep, asJSON 
 	return nil
 }
 
-func demoEnv(s *stack.Stack) *demo.Env {
+// demoLogger is the supervisor's logger in the demo: warnings and errors
+// only, on errw, between the demo's own progress lines.
+func demoLogger(errw io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// demoEnv points the demo at s. Its Kill says on errw, before the
+// supervisor's own "process exited; restarting" line, that the kill is the
+// situation being shown, and when the process is back.
+func demoEnv(s *stack.Stack, errw io.Writer) *demo.Env {
 	urls := s.CompanyURLs()
 	return &demo.Env{
 		TripsURL: s.URL("trips"), PaymentURL: s.URL("payment"),
 		HotelURL: urls["HOTEL_URL"], PaymentsURL: urls["PAYMENTS_URL"], CarsURL: urls["CARS_URL"], MailURL: urls["MAIL_URL"],
 		Kill: func(ctx context.Context, name string) error {
+			fmt.Fprintf(errw, "  >> killing %s (pid %d) with SIGKILL on purpose: this is the situation being shown, not a failure;\n"+
+				"  >> the supervisor's \"process exited; restarting\" warning that follows is it starting %s again\n", name, s.Pid(name), name)
 			if _, err := s.Kill(name); err != nil {
 				return err
 			}
-			return s.WaitReady(ctx, name)
+			if err := s.WaitReady(ctx, name); err != nil {
+				return err
+			}
+			fmt.Fprintf(errw, "  >> %s is back (pid %d) and learns by key what happened before the kill\n", name, s.Pid(name))
+			return nil
 		},
 	}
 }

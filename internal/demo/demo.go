@@ -145,10 +145,13 @@ func (env *Env) request(tag, card string) events.TripRequest {
 	if card == "" {
 		card = "tok_visa_ok"
 	}
+	// A stay a month from today: a fixed date would fall into the past
+	// and be refused.
+	in := time.Now().AddDate(0, 0, 30)
 	return events.TripRequest{
 		Traveler: events.Person{Name: "Ada Example", Email: tag + "+" + env.nonce + "@example.com"},
-		Hotel:    events.HotelRequest{PropertyID: "P-100", CheckIn: "2026-12-18", Nights: 2},
-		Car:      events.CarRequest{CarClass: "compact", Pickup: "2026-12-18", Return: "2026-12-20"},
+		Hotel:    events.HotelRequest{PropertyID: "P-100", CheckIn: in.Format(time.DateOnly), Nights: 2},
+		Car:      events.CarRequest{CarClass: "compact", Pickup: in.Format(time.DateOnly), Return: in.AddDate(0, 0, 2).Format(time.DateOnly)},
 		Payment:  events.PaymentRequest{CardToken: card, AmountCents: 33000, Currency: "USD"},
 	}
 }
