@@ -1,0 +1,471 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tripsaga/tripsaga/internal/pgcluster"
+	"github.com/tripsaga/tripsaga/internal/stack"
+)
+
+// syncBuffer collects a child's output while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor polls cond until it holds; the bound only stops a hung test.
+func waitFor(t *testing.T, cond func() bool, format string, args ...any) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("never: "+format, args...)
+}
+
+// buildTripsaga builds this command into a temp folder (the go build
+// cache makes a second build quick).
+func buildTripsaga(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "tripsaga")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// run runs the binary to its end and returns stdout, stderr and the exit
+// code.
+func run(t *testing.T, bin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = withoutStackEnv()
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("%s %v: %v", bin, args, err)
+	}
+	return o.String(), e.String(), code
+}
+
+// withoutStackEnv is the test's environment without the variables that
+// would point a command at some other system.
+func withoutStackEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if k != "NATS_URL" && k != "DATABASE_URL" {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+type upProc struct {
+	cmd      *exec.Cmd
+	out, err syncBuffer
+	done     chan struct{}
+	code     int
+}
+
+// startUp starts `tripsaga up --dir dir --port 0` and waits until it says
+// everything runs.
+func startUp(t *testing.T, bin, dir string) *upProc {
+	t.Helper()
+	u := &upProc{done: make(chan struct{})}
+	u.cmd = exec.Command(bin, "up", "--dir", dir, "--port", "0")
+	u.cmd.Env = withoutStackEnv()
+	u.cmd.Stdout, u.cmd.Stderr = &u.out, &u.err
+	if err := u.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = u.cmd.Wait()
+		u.code = u.cmd.ProcessState.ExitCode()
+		close(u.done)
+	}()
+	t.Cleanup(func() {
+		_ = u.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-u.done:
+		case <-time.After(60 * time.Second):
+			_ = u.cmd.Process.Kill()
+		}
+	})
+	waitFor(t, func() bool {
+		select {
+		case <-u.done:
+			t.Fatalf("up exited (%d):\n%s\n%s", u.code, u.out.String(), u.err.String())
+		default:
+		}
+		return strings.Contains(u.out.String(), "Ctrl-C stops everything.")
+	}, "up is running:\n%s\n%s", &u.out, &u.err)
+	return u
+}
+
+func (u *upProc) exited() bool {
+	select {
+	case <-u.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func postmasterPid(t *testing.T, dir string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "pg", "data", "postmaster.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// alive: the process exists and is not a zombie.
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
+}
+
+func modeOf(t *testing.T, p string) os.FileMode {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Mode()
+}
+
+// TestUp runs the real `tripsaga up` binary (child processes, a private
+// PostgreSQL cluster, embedded NATS) in priv/x under a 0700 priv, and
+// checks issue 7's items on it, in order: 6 (export lines, up.env,
+// envFromUpDir), 1 (a second up on the folder is refused), 14 and 6
+// (replay --dir prints its result once), 2 (the postmaster killed with
+// SIGKILL is restarted and up says so), 3 (up killed with SIGKILL leaves
+// the postmaster; the next up adopts it, says so, and stops it on Ctrl-C)
+// and 4 (no parent folder's mode changed; as root the cluster lives where
+// postgres can reach it, linked from x/pg/data).
+func TestUp(t *testing.T) {
+	bin := buildTripsaga(t)
+	base := t.TempDir()
+	priv := filepath.Join(base, "priv")
+	if err := os.Mkdir(priv, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(priv, "x")
+	baseMode, privMode := modeOf(t, base), modeOf(t, priv)
+	stopPostmaster := func() {}
+	t.Cleanup(func() { stopPostmaster() })
+	if os.Geteuid() == 0 {
+		t.Cleanup(func() {
+			if target, err := os.Readlink(filepath.Join(dir, "pg", "data")); err == nil && strings.HasPrefix(target, pgcluster.RootHome+"/") {
+				_ = os.RemoveAll(filepath.Dir(target))
+			}
+		})
+	}
+
+	up := startUp(t, bin, dir)
+	firstPid := postmasterPid(t, dir)
+	stopPostmaster = func() { // if the test failed with it running
+		b, err := os.ReadFile(filepath.Join(dir, "pg", "data", "postmaster.pid"))
+		if err != nil {
+			return
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		if p, err := strconv.Atoi(strings.TrimSpace(line)); err == nil && alive(p) {
+			_ = syscall.Kill(p, syscall.SIGQUIT) // immediate shutdown
+		}
+	}
+
+	t.Run("item 6: every URL as export lines, in up.env, found by envFromUpDir", func(t *testing.T) {
+		env, err := envFromUpDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"NATS_URL", "DATABASE_URL", "HOTEL_URL", "PAYMENTS_URL", "CARS_URL", "MAIL_URL", "TRIPS_URL"} {
+			if env[k] == "" {
+				t.Errorf("envFromUpDir: no %s", k)
+			}
+			if line := stack.ExportLine(k, env[k]); !strings.Contains(up.out.String(), line+"\n") {
+				t.Errorf("up did not print %s", line)
+			}
+		}
+		if _, err := envFromUpDir(t.TempDir()); !errors.Is(err, errNoUp) {
+			t.Errorf("envFromUpDir on a folder without up: %v, want errNoUp", err)
+		}
+	})
+
+	t.Run("item 1: a second up on the folder is refused, whatever the port", func(t *testing.T) {
+		for _, port := range []string{"0", "47400"} {
+			_, stderr, code := run(t, bin, "up", "--dir", dir, "--port", port)
+			if code == 0 || !strings.Contains(stderr, "folder in use") || !strings.Contains(stderr, dir) ||
+				!strings.Contains(stderr, "process "+strconv.Itoa(up.cmd.Process.Pid)) {
+				t.Fatalf("second up --port %s: exit %d, stderr:\n%s", port, code, stderr)
+			}
+		}
+		if up.exited() {
+			t.Fatal("the first up exited")
+		}
+		if p := postmasterPid(t, dir); p != firstPid || !alive(p) {
+			t.Fatalf("the first up's PostgreSQL changed: pid %d (was %d), alive %v", p, firstPid, alive(p))
+		}
+	})
+
+	t.Run("items 6 and 14: replay --dir finds up and prints its result once", func(t *testing.T) {
+		stdout, stderr, code := run(t, bin, "replay", "reconciler", "--dir", dir)
+		if code != 0 {
+			t.Fatalf("replay: exit %d\n%s\n%s", code, stdout, stderr)
+		}
+		if n := strings.Count(stdout+stderr, "replayed reconciler"); n != 1 {
+			t.Fatalf("the result is printed %d times:\nstdout:\n%s\nstderr:\n%s", n, stdout, stderr)
+		}
+		if strings.Contains(stderr, "replay done") {
+			t.Fatalf("the result is logged too:\n%s", stderr)
+		}
+	})
+
+	t.Run("item 2: the postmaster killed with SIGKILL is restarted, and up says so", func(t *testing.T) {
+		if err := syscall.Kill(firstPid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return strings.Contains(up.err.String(), "PostgreSQL restarted") }, "up says PostgreSQL restarted:\n%s", &up.err)
+		if !strings.Contains(up.err.String(), "PostgreSQL exited; restarting it") {
+			t.Fatalf("up did not say PostgreSQL exited:\n%s", up.err.String())
+		}
+		if p := postmasterPid(t, dir); p == firstPid || !alive(p) {
+			t.Fatalf("postmaster pid %d (killed %d), alive %v", p, firstPid, alive(p))
+		}
+		env, err := envFromUpDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool {
+			resp, err := http.Get(env["TRIPS_URL"] + "/readyz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		}, "trips ready again after PostgreSQL restarted")
+	})
+
+	t.Run("item 3: up killed with SIGKILL leaves the postmaster; the next up adopts it and says so", func(t *testing.T) {
+		pid := postmasterPid(t, dir)
+		if err := up.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-up.done
+		if !alive(pid) {
+			t.Fatal("the postmaster died with up")
+		}
+		next := startUp(t, bin, dir)
+		if !strings.Contains(next.out.String(), "adopted: this PostgreSQL server was already running") {
+			t.Fatalf("the next up does not say it adopted the server:\n%s", next.out.String())
+		}
+		if !strings.Contains(next.err.String(), "adopted a PostgreSQL server left running") {
+			t.Fatalf("the next up does not log the adoption:\n%s", next.err.String())
+		}
+		if p := postmasterPid(t, dir); p != pid {
+			t.Fatalf("postmaster pid %d, want the adopted %d", p, pid)
+		}
+		if err := next.cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		<-next.done
+		if next.code != 0 {
+			t.Fatalf("up after Ctrl-C: exit %d\n%s", next.code, next.err.String())
+		}
+		waitFor(t, func() bool { return !alive(pid) }, "Ctrl-C stops the adopted postmaster")
+		if _, running, _ := stack.Running(dir); running {
+			t.Fatal("the folder is still locked after up stopped")
+		}
+	})
+
+	t.Run("item 4: no parent folder's mode changed", func(t *testing.T) {
+		if m := modeOf(t, base); m != baseMode {
+			t.Errorf("%s: mode %v, was %v", base, m, baseMode)
+		}
+		if m := modeOf(t, priv); m != privMode {
+			t.Errorf("%s: mode %v, was %v", priv, m, privMode)
+		}
+		if os.Geteuid() != 0 {
+			return
+		}
+		target, err := os.Readlink(filepath.Join(dir, "pg", "data"))
+		if err != nil || !strings.HasPrefix(target, pgcluster.RootHome+"/") {
+			t.Fatalf("as root under a 0700 folder, %s/pg/data links to %q (%v), want a folder under %s", dir, target, err, pgcluster.RootHome)
+		}
+	})
+}
+
+// TestUpNamesThePortInUse (issue 7 item 5): up on a port range with a
+// port in use names the port and suggests --port.
+func TestUpNamesThePortInUse(t *testing.T) {
+	bin := buildTripsaga(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	_, stderr, code := run(t, bin, "up", "--dir", filepath.Join(t.TempDir(), "d"), "--port", strconv.Itoa(port))
+	if code == 0 || !strings.Contains(stderr, fmt.Sprintf("port %d (for NATS) is in use", port)) || !strings.Contains(stderr, "--port") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// TestReplayListsProjections (issue 7 item 14): replay of an unknown
+// projection lists what can be replayed; replay alone lists them.
+func TestReplayListsProjections(t *testing.T) {
+	var out bytes.Buffer
+	cmd := rootCmd()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"replay", "trips"})
+	err := cmd.Execute()
+	if !errors.Is(err, errUnknownProjection) || !strings.Contains(err.Error(), "reconciler  the reconciler's trip_view") ||
+		strings.Contains(err.Error(), "reconciler: unknown projection") {
+		t.Fatalf("replay trips: %v", err)
+	}
+	out.Reset()
+	cmd = rootCmd()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"replay"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "projections that can be replayed") || !strings.Contains(out.String(), "reconciler") {
+		t.Fatalf("replay alone printed:\n%s", out.String())
+	}
+}
+
+// TestHealth (issue 7 item 17): `tripsaga health URL` exits 0 on a 2xx
+// answer, with an error otherwise; a URL without a path checks /readyz.
+func TestHealth(t *testing.T) {
+	ready := true
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path != "/readyz":
+			http.NotFound(w, r)
+		case ready:
+			_, _ = w.Write([]byte("ready\n"))
+		default:
+			http.Error(w, "not ready: nats", http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	exec := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		cmd := rootCmd()
+		cmd.SetOut(&out)
+		cmd.SetArgs(append([]string{"health"}, args...))
+		err := cmd.Execute()
+		return out.String(), err
+	}
+	if out, err := exec(srv.URL); err != nil || !strings.Contains(out, "200 OK") {
+		t.Fatalf("health %s: %q, %v", srv.URL, out, err)
+	}
+	if _, err := exec(srv.URL + "/readyz"); err != nil {
+		t.Fatalf("health /readyz: %v", err)
+	}
+	ready = false
+	if _, err := exec(srv.URL); err == nil || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "not ready: nats") {
+		t.Fatalf("health of a 503: %v", err)
+	}
+	if _, err := exec(srv.URL + "/nope"); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("health of a 404: %v", err)
+	}
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	closed := "http://" + l.Addr().String()
+	l.Close()
+	if _, err := exec(closed); err == nil {
+		t.Fatal("health of a closed port succeeded")
+	}
+	if _, err := exec("127.0.0.1:8080"); err == nil || !strings.Contains(err.Error(), "http://") {
+		t.Fatalf("health without a scheme: %v", err)
+	}
+}
+
+// TestDemoSaysTheKillIsTheSituation (issue 7 item 15): the demo's kill of a
+// service says, before the supervisor's "process exited; restarting"
+// warning, that the kill is the situation being shown, and says when the
+// process is back. A real stack, as the demo runs it.
+func TestDemoSaysTheKillIsTheSituation(t *testing.T) {
+	bin := buildTripsaga(t)
+	dir, err := os.MkdirTemp("", "demo-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	var errw syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := stack.Start(ctx, stack.Config{Dir: dir, Binary: bin, Logger: demoLogger(&errw)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	if err := demoEnv(s, &errw).Kill(ctx, "payment"); err != nil {
+		t.Fatal(err)
+	}
+	got := errw.String()
+	note := strings.Index(got, "killing payment")
+	warn := strings.Index(got, "process exited; restarting")
+	back := strings.Index(got, "payment is back")
+	if note < 0 || warn < 0 || back < 0 || note > warn || warn > back {
+		t.Fatalf("want the note, then the supervisor's warning, then the return:\n%s", got)
+	}
+	for _, want := range []string{"on purpose", "this is the situation being shown, not a failure", `cause="Stack.Kill, on purpose"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+}
