@@ -31,10 +31,7 @@ var ErrBadFlag = errors.New("bench: invalid input")
 // as http://127.0.0.1:7405, and returns it without a trailing slash.
 func CheckURL(name, s string) (string, error) {
 	u, err := url.Parse(s)
-	if err != nil {
-		return "", fmt.Errorf("%w: %s %q: %w", ErrBadFlag, name, s, err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "", fmt.Errorf("%w: %s %q: want an absolute http:// or https:// URL with a host, e.g. http://127.0.0.1:7405", ErrBadFlag, name, s)
 	}
 	return strings.TrimRight(s, "/"), nil
