@@ -29,6 +29,7 @@ that one run measures:
               update, outbox insert, commit; 16 connections, --baseline-a-seconds)
   baseline B  JetStream async publishes/s of 512 B on the system's NATS server
               (--baseline-b-seconds)
+  warm-up     a tenth of --trips (5 to 100), not measured but checked
   closed loop --trips trips from each --concurrency value of clients; the best
               is the maximum trips/s, valid only when every trip is confirmed
               and nothing is left pending after the run
@@ -97,7 +98,7 @@ Prefer: wait=60.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.Trips, "trips", 2000, "trips booked by each closed loop")
-	f.IntSliceVar(&cfg.Concurrency, "concurrency", []int{32}, "clients booking at once; several values (16,32,64) run one closed loop each and the best is the maximum")
+	f.IntSliceVar(&cfg.Concurrency, "concurrency", []int{16, 32, 64}, "clients booking at once; each value runs one closed loop and the best is the maximum")
 	f.IntSliceVar(&cfg.OpenPercents, "open", []int{25, 50, 80}, "open loops, each offered at this share (%) of the maximum trips/s")
 	f.Float64Var(&cfg.OpenSeconds, "open-seconds", 10, "how long each open loop sends trips, s (0: no open loops)")
 	f.Float64Var(&cfg.BaselineASeconds, "baseline-a-seconds", 10, "how long baseline A (saga-step transactions) runs, s")

@@ -160,6 +160,8 @@ type Report struct {
 	SagaStepTPS   float64 `json:"saga_step_tps"`
 	JSPublishPerS float64 `json:"js_publish_per_s"`
 
+	// WarmupTrips were booked (and settled) before the first measured run.
+	WarmupTrips int `json:"warmup_trips"`
 	// TripsPerS is the best closed loop's confirmed trips/s.
 	TripsPerS  float64   `json:"trips_per_s"`
 	ClosedLoop []LoadRun `json:"closed_loop"`
@@ -402,6 +404,18 @@ func loadPhases(ctx context.Context, cfg Config, rep *Report, l *loader, m *full
 	}()
 	var t0 time.Time
 	var best *LoadRun
+	// Warm up (connections, caches, JetStream consumers) with a few trips
+	// that are not measured, but must settle too.
+	if n := min(100, cfg.Trips/10); n >= 5 {
+		cfg.Logger.Info("bench: warm-up", "trips", n)
+		warm := l.closedLoop(ctx, n, cfg.Concurrency[0])
+		settle(ctx, l, warm, m)
+		rep.WarmupTrips = n
+		if !warm.Settled {
+			rep.Settled = false
+			rep.Notes = append(rep.Notes, "warm-up not settled: "+warm.SettledNote)
+		}
+	}
 	for _, clients := range cfg.Concurrency {
 		cfg.Logger.Info("bench: closed loop", "clients", clients, "trips", cfg.Trips)
 		var c0 cpuSample

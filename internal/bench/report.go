@@ -56,7 +56,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 		row(r)
 	}
 	_ = tw.Flush()
-	p("  max sustained: %s trips/s\n", num(rep.TripsPerS))
+	p("  max sustained: %s trips/s (best closed loop; %d warm-up trips before, not measured)\n", num(rep.TripsPerS), rep.WarmupTrips)
 	if rep.Mode == "full" {
 		p("\nPER TRIP (best closed loop; the window includes settling and idle polling)\n")
 		p("  PostgreSQL transactions  %.1f   (idle: %.1f tx/s)\n", rep.PGTransactionsPerTrip, rep.PGIdleTransactionsPerS)
