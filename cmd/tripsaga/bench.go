@@ -17,7 +17,7 @@ import (
 func benchCmd() *cobra.Command {
 	var cfg bench.Config
 	var asJSON bool
-	var plotDir, dir string
+	var plotDir, dir, saveJSON string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure the whole system and this machine's limits in one run: trips/s, answer ms, per-trip costs, relay and rebuild events/s",
@@ -83,6 +83,15 @@ Prefer: wait=60.`,
 					fmt.Fprintln(cmd.ErrOrStderr(), "wrote", f)
 				}
 			}
+			if saveJSON != "" {
+				b, jerr := json.MarshalIndent(rep, "", "  ")
+				if jerr == nil {
+					jerr = os.WriteFile(saveJSON, append(b, '\n'), 0o644)
+				}
+				if jerr != nil {
+					return errors.Join(err, fmt.Errorf("bench: --save: %w", jerr))
+				}
+			}
 			w := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(w)
@@ -108,6 +117,7 @@ Prefer: wait=60.`,
 	f.BoolVar(&cfg.SimMemory, "sim-memory", true, "run the company simulators with their records in memory (serve sim --memory), so PostgreSQL works only for the system under test")
 	f.StringVar(&cfg.TripsURL, "trips-url", "", "trips API of a running system, e.g. http://127.0.0.1:7405 (default: start one and measure everything)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of tables")
+	f.StringVar(&saveJSON, "save", "", "also write the JSON object into this file")
 	f.StringVar(&plotDir, "plot", "", "write PNG charts (answer time against offered rate, throughput and answer time over the run) into this folder")
 	f.StringVar(&dir, "dir", "", "folder for the cluster, NATS stores and logs, kept afterwards (default: a temporary folder, removed)")
 	cmd.AddCommand(benchStackCmd())
