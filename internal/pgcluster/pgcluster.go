@@ -5,7 +5,8 @@
 // PostgreSQL refuses to run as root. When the effective uid is 0 the
 // binaries run as the "postgres" OS user, and the folder is handed to it;
 // when postgres cannot reach the folder, the cluster lives in a folder made
-// for it under [RootHome] instead (see [Start]).
+// for it instead, under [RootHome] or, for a folder in the temp folder, in
+// the temp folder (see [Start]).
 package pgcluster
 
 import (
@@ -47,9 +48,17 @@ type Config struct {
 // RootHome holds, when Start runs as root and the postgres OS user cannot
 // reach Config.Dir (a parent folder denies it search permission), one
 // folder per such cluster: owned by postgres, mode 0700, linked from
-// Config.Dir/data (and Config.Dir/postgres.log). Removing Config.Dir leaves
-// that folder behind.
+// Config.Dir/data (and Config.Dir/postgres.log), with the link's path in
+// its file "linked-from". Removing Config.Dir leaves that folder behind.
+//
+// A Config.Dir inside [os.TempDir] is temporary: its cluster's folder is
+// made in os.TempDir() instead, named [TempHomePrefix]*, and removed by a
+// later Start once its link is gone and its server stopped.
 const RootHome = "/var/lib/tripsaga/postgres"
+
+// TempHomePrefix starts the name of a cluster folder made in os.TempDir()
+// (see [RootHome]).
+const TempHomePrefix = "tripsaga-pg-home-"
 
 // ErrUnreachable is returned by [Start], run as root, when the postgres OS
 // user cannot reach the cluster's folder and no folder made for it can be
@@ -360,10 +369,14 @@ func (c *Cluster) placeForPostgres(ctx context.Context, uid, gid int) error {
 	if _, err := os.Stat(filepath.Join(link, "PG_VERSION")); err == nil {
 		return fmt.Errorf("%w: the cluster in %s was made there earlier; move the folder somewhere postgres can reach, or grant search permission on its parents yourself (chmod o+x)", ErrUnreachable, link)
 	}
-	if err := os.MkdirAll(RootHome, 0o755); err != nil {
+	base, prefix := RootHome, homeName(c.cfg.Dir)+"-"
+	if tmp := os.TempDir(); strings.HasPrefix(c.cfg.Dir, filepath.Clean(tmp)+string(filepath.Separator)) {
+		base, prefix = tmp, TempHomePrefix
+		sweepTempHomes(base, uid)
+	} else if err := os.MkdirAll(RootHome, 0o755); err != nil {
 		return fmt.Errorf("pgcluster: a folder for the postgres user: %w", err)
 	}
-	home, err := os.MkdirTemp(RootHome, homeName(c.cfg.Dir)+"-")
+	home, err := os.MkdirTemp(base, prefix)
 	if err != nil {
 		return fmt.Errorf("pgcluster: a folder for the postgres user: %w", err)
 	}
@@ -382,8 +395,46 @@ func (c *Cluster) placeForPostgres(ctx context.Context, uid, gid int) error {
 	logLink := filepath.Join(c.cfg.Dir, "postgres.log")
 	_ = os.Remove(logLink)
 	_ = os.Symlink(filepath.Join(home, "postgres.log"), logLink)
+	// Written after the link, so a sweep never sees a record without it.
+	if err := os.WriteFile(filepath.Join(home, "linked-from"), []byte(link+"\n"), 0o644); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
 	c.home = home
 	return nil
+}
+
+// sweepTempHomes removes the cluster folders [TempHomePrefix]* in base
+// owned by uid (postgres) whose link (named in their "linked-from") is
+// gone, that is whose temporary Config.Dir was removed, and whose server
+// does not run.
+func sweepTempHomes(base string, uid int) {
+	homes, _ := filepath.Glob(filepath.Join(base, TempHomePrefix+"*"))
+	for _, home := range homes {
+		fi, err := os.Lstat(home)
+		if err != nil || !fi.IsDir() {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != uid {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(home, "linked-from"))
+		if err != nil {
+			continue // being made, or not ours
+		}
+		link := strings.TrimSpace(string(b))
+		if target, err := os.Readlink(link); err == nil && filepath.Dir(target) == home {
+			continue
+		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if pid, err := os.ReadFile(filepath.Join(home, "data", "postmaster.pid")); err == nil {
+			line, _, _ := strings.Cut(string(pid), "\n")
+			if p, err := strconv.Atoi(strings.TrimSpace(line)); err == nil && processAlive(p) {
+				continue
+			}
+		}
+		_ = os.RemoveAll(home)
+	}
 }
 
 // reachable reports whether the postgres OS user can enter dir: it runs

@@ -158,46 +158,75 @@ func modes(t *testing.T, paths ...string) map[string]os.FileMode {
 
 // TestRootNeverChmodsParents (issue 7 item 4): run as root with a cluster
 // folder under a 0700 folder, Start changes no folder above Dir: the
-// cluster lives in a folder made for postgres under RootHome, linked from
-// Dir/data, and a later Start finds it there again.
+// cluster lives in a folder made for postgres, linked from Dir/data, and a
+// later Start finds it there again. Outside the temp folder that folder is
+// under RootHome; inside it, in the temp folder, and once Dir is removed
+// the next such Start removes it.
 func TestRootNeverChmodsParents(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("only root hands the cluster to the postgres OS user")
 	}
-	base := t.TempDir()
-	priv := filepath.Join(base, "priv")
-	if err := os.Mkdir(priv, 0o700); err != nil {
-		t.Fatal(err)
+	outside, err := os.MkdirTemp("/var/tmp", "pgcluster-test-")
+	if err != nil {
+		t.Skip("no /var/tmp for a folder outside the temp folder:", err)
 	}
-	dir := filepath.Join(priv, "x", "pg")
-	before := modes(t, base, priv, filepath.Dir(base))
+	t.Cleanup(func() { _ = os.RemoveAll(outside) })
+	for _, tc := range []struct{ name, base, wantHome string }{
+		{"outside the temp folder", outside, RootHome + "/"},
+		{"inside the temp folder", t.TempDir(), filepath.Join(os.TempDir(), TempHomePrefix)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			priv := filepath.Join(tc.base, "priv")
+			if err := os.Mkdir(priv, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(priv, "x", "pg")
+			before := modes(t, tc.base, priv, filepath.Dir(tc.base))
 
-	c := start(t, Config{Dir: dir})
-	home := filepath.Dir(c.DataDir)
-	t.Cleanup(func() { _ = os.RemoveAll(home) })
-	if after := modes(t, base, priv, filepath.Dir(base)); !equalModes(before, after) {
-		t.Fatalf("modes changed: before %v, after %v", before, after)
-	}
-	if !strings.HasPrefix(c.DataDir, RootHome+"/") {
-		t.Fatalf("DataDir %s is not under %s", c.DataDir, RootHome)
-	}
-	if target, err := os.Readlink(filepath.Join(dir, "data")); err != nil || target != c.DataDir {
-		t.Fatalf("%s/data links to %q (%v), want %s", dir, target, err, c.DataDir)
-	}
-	execSQL(t, c.URL, "CREATE TABLE kept (x int)")
-	if err := c.Stop(); err != nil {
-		t.Fatal(err)
-	}
+			c := start(t, Config{Dir: dir})
+			home := filepath.Dir(c.DataDir)
+			t.Cleanup(func() { _ = os.RemoveAll(home) })
+			if after := modes(t, tc.base, priv, filepath.Dir(tc.base)); !equalModes(before, after) {
+				t.Fatalf("modes changed: before %v, after %v", before, after)
+			}
+			if !strings.HasPrefix(c.DataDir, tc.wantHome) {
+				t.Fatalf("DataDir %s does not start with %s", c.DataDir, tc.wantHome)
+			}
+			if target, err := os.Readlink(filepath.Join(dir, "data")); err != nil || target != c.DataDir {
+				t.Fatalf("%s/data links to %q (%v), want %s", dir, target, err, c.DataDir)
+			}
+			execSQL(t, c.URL, "CREATE TABLE kept (x int)")
+			if err := c.Stop(); err != nil {
+				t.Fatal(err)
+			}
 
-	again := start(t, Config{Dir: dir})
-	if again.DataDir != c.DataDir {
-		t.Fatalf("second Start used %s, first %s", again.DataDir, c.DataDir)
-	}
-	if got := query(t, again.URL, "SELECT to_regclass('kept')::text"); got != "kept" {
-		t.Fatalf("table after a second Start: %q", got)
-	}
-	if after := modes(t, base, priv, filepath.Dir(base)); !equalModes(before, after) {
-		t.Fatalf("modes changed: before %v, after %v", before, after)
+			again := start(t, Config{Dir: dir})
+			if again.DataDir != c.DataDir {
+				t.Fatalf("second Start used %s, first %s", again.DataDir, c.DataDir)
+			}
+			if got := query(t, again.URL, "SELECT to_regclass('kept')::text"); got != "kept" {
+				t.Fatalf("table after a second Start: %q", got)
+			}
+			if after := modes(t, tc.base, priv, filepath.Dir(tc.base)); !equalModes(before, after) {
+				t.Fatalf("modes changed: before %v, after %v", before, after)
+			}
+			if err := again.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.base == outside {
+				return
+			}
+			// The temporary Dir goes; the next temporary cluster sweeps
+			// its folder away.
+			if err := os.RemoveAll(filepath.Dir(dir)); err != nil {
+				t.Fatal(err)
+			}
+			other := start(t, Config{Dir: filepath.Join(priv, "y", "pg")})
+			t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(other.DataDir)) })
+			if _, err := os.Stat(home); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("the folder of a removed temporary Dir is still there: %v", err)
+			}
+		})
 	}
 }
 
