@@ -3,14 +3,18 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"syscall"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -121,4 +125,42 @@ func TestGuardAnswers503WhileNATSIsDown(t *testing.T) {
 		require.Equal(t, ProblemUnavailable, a.problem.Type, path)
 	}
 	require.Equal(t, http.StatusOK, get(t, http.MethodGet, url+"/healthz").code, "liveness is not gated")
+}
+
+func TestUnavailable(t *testing.T) {
+	down := []error{
+		&pgconn.PgError{Code: "57P01"}, &pgconn.PgError{Code: "57P03"}, &pgconn.PgError{Code: "08006"}, &pgconn.PgError{Code: "53300"},
+		fmt.Errorf("list: %w", &pgconn.PgError{Code: "57P02"}),
+		fmt.Errorf("read: %w", io.ErrUnexpectedEOF), fmt.Errorf("dial: %w", syscall.ECONNREFUSED),
+		fmt.Errorf("publish: %w", nats.ErrConnectionClosed), nats.ErrNoServers, pgconn.ErrConnClosed,
+	}
+	for _, err := range down {
+		require.True(t, Unavailable(err), "%v", err)
+	}
+	for _, err := range []error{nil, errors.New("boom"), &pgconn.PgError{Code: "23505"}, &pgconn.PgError{Code: "22021"}, &pgconn.PgError{Code: "42P01"}} {
+		require.False(t, Unavailable(err), "%v", err)
+	}
+}
+
+// WriteError never shows the error's text: it may be PostgreSQL's,
+// quoting the input.
+func TestWriteErrorHidesTheErrorText(t *testing.T) {
+	cases := []struct {
+		err  error
+		code int
+	}{
+		{&pgconn.PgError{Code: "22021", Message: `invalid byte sequence for encoding "UTF8": 0xff`}, http.StatusBadRequest},
+		{fmt.Errorf("trip: %w", &pgconn.PgError{Code: "42P01", Message: `relation "trips" does not exist`}), http.StatusInternalServerError},
+		{fmt.Errorf("conn: %w", &pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"}), http.StatusServiceUnavailable},
+	}
+	for _, c := range cases {
+		w := httptest.NewRecorder()
+		WriteError(w, httptest.NewRequest(http.MethodGet, "/trips/T-1", nil), nil, "get trip", c.err)
+		require.Equal(t, c.code, w.Code, "%v", c.err)
+		require.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
+		var pgErr *pgconn.PgError
+		require.True(t, errors.As(c.err, &pgErr))
+		require.NotContains(t, w.Body.String(), pgErr.Message)
+		require.NotContains(t, w.Body.String(), pgErr.Code)
+	}
 }
