@@ -63,6 +63,8 @@ type RequestError struct {
 	Fields []FieldError
 }
 
+// Error lists the fields: "events: invalid trip request: hotel.nights:
+// must be an integer from 1 to 30; ...".
 func (e *RequestError) Error() string {
 	parts := make([]string, 0, len(e.Fields))
 	for _, f := range e.Fields {
@@ -71,6 +73,7 @@ func (e *RequestError) Error() string {
 	return ErrInvalidRequest.Error() + ": " + strings.Join(parts, "; ")
 }
 
+// Unwrap returns [ErrInvalidRequest].
 func (e *RequestError) Unwrap() error { return ErrInvalidRequest }
 
 // Validate checks everything about r that does not depend on the day it
