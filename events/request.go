@@ -260,8 +260,9 @@ func IsControl(r rune) bool {
 var emailDomain = idna.New(idna.MapForLookup(), idna.VerifyDNSLength(true), idna.BidiRule()) //nolint:gochecknoglobals // stateless
 
 // CheckEmail returns "" when s is a deliverable-looking email address, or
-// what is wrong. s must be exactly an addr-spec (RFC 5322 §3.4.1, as
-// net/mail parses it; no display name, comment or angle brackets), at most
+// what is wrong. s must be exactly an addr-spec (RFC 5322 §3.4.1) whose
+// local part is a dot-atom, as net/mail parses and gives it back (no
+// quoted local part, display name, comment or angle brackets), at most
 // MaxEmailOctets octets with a local part of at most MaxLocalPartOctets
 // octets (RFC 5321 §4.5.3.1), without control characters, and its domain a
 // DNS name of two labels or more ("a@b" is refused).
