@@ -74,6 +74,10 @@ type InboxConfig struct {
 	// OnCommitted, if set, runs after a handled event's transaction
 	// commits (e.g. to wake a step runner).
 	OnCommitted func(e event.Event)
+	// Relay, when set, is the process's relay: events the handler writes
+	// (Write) are published by it right after the commit, and functions
+	// registered with AfterCommit run then (see WithAfterCommit).
+	Relay *Relay
 	// MaxDeliver: at this delivery a still-failing event is parked, if
 	// PostgreSQL answers (the failure is the handler's, not an outage's).
 	// Defaults to 25. The consumer itself is created with MaxDeliver -1,
@@ -332,6 +336,7 @@ func (in *Inbox) process(ctx context.Context, e event.Event, md *jetstream.MsgMe
 		return false, err
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
+	ctx, committed := WithAfterCommit(ctx, in.cfg.Relay)
 	n, err := queries.InboxInsertIfAbsent(ctx, tx, dbsqlc.InboxInsertIfAbsentParams{
 		Consumer: in.cfg.Name, Source: e.Source(), EventID: e.ID(), CeType: e.Type(),
 		Stream: md.Stream, StreamSeq: int64(md.Sequence.Stream),
@@ -350,6 +355,7 @@ func (in *Inbox) process(ctx context.Context, e event.Event, md *jetstream.MsgMe
 		// row if so.
 		return false, fmt.Errorf("commit: %w", err)
 	}
+	committed()
 	return false, nil
 }
 

@@ -27,14 +27,24 @@ import (
 
 var queries = dbsqlc.New() //nolint:gochecknoglobals // stateless
 
-// Write stores evs in the outbox inside tx, to be published when tx commits,
-// and wakes the relays (pg_notify is delivered at commit). Each event must
+// Write stores evs in the outbox inside tx, to be published when tx commits.
+// When ctx comes from [WithAfterCommit] with a running relay, that relay
+// publishes them right after the commit (their rows are left to the other
+// relays' claims for RelayConfig.LocalGrace); otherwise Write wakes the
+// relays (pg_notify is delivered at commit). Each event must
 // be valid (CloudEvents required attributes), of a type with a kind
 // (events.Kind) whose NATS subject a stream of events.Default holds, and
 // have the trip id as subject; otherwise Write returns an error wrapping
 // events.ErrInvalidEvent and the caller should roll back (JetStream would
 // refuse an event no stream holds, and it would never be published).
 func Write(ctx context.Context, tx pgx.Tx, evs ...event.Event) error {
+	relay := localRelay(ctx)
+	var delay float64
+	var local []localEvent
+	if relay != nil {
+		delay = relay.cfg.LocalGrace.Seconds()
+		local = make([]localEvent, 0, len(evs))
+	}
 	for _, e := range evs {
 		subject, err := events.Subject(e.Type(), e.Subject())
 		if err != nil {
@@ -52,18 +62,27 @@ func Write(ctx context.Context, tx pgx.Tx, evs ...event.Event) error {
 			return fmt.Errorf("outbox: event %s: %w", e.ID(), err)
 		}
 		if err := queries.OutboxInsert(ctx, tx, dbsqlc.OutboxInsertParams{
-			EventID:     e.ID(),
-			NatsSubject: subject,
-			Headers:     hj,
-			Data:        e.Data(),
+			EventID:      e.ID(),
+			NatsSubject:  subject,
+			Headers:      hj,
+			Data:         e.Data(),
+			DelaySeconds: delay,
 		}); err != nil {
 			return fmt.Errorf("outbox: insert %s: %w", e.ID(), err)
 		}
-	}
-	if len(evs) > 0 {
-		if err := queries.OutboxNotify(ctx, tx); err != nil {
-			return fmt.Errorf("outbox: notify: %w", err)
+		if relay != nil {
+			local = append(local, localEvent{id: e.ID(), subject: subject, headers: h, data: e.Data()})
 		}
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	if relay != nil {
+		AfterCommit(ctx, func() { relay.publishLocal(local) })
+		return nil
+	}
+	if err := queries.OutboxNotify(ctx, tx); err != nil {
+		return fmt.Errorf("outbox: notify: %w", err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,6 +30,7 @@ const (
 	RelayBackoffMaxDefault   = 20 * time.Second
 	RelayAckTimeoutDefault   = 10 * time.Second
 	RelayRetentionDefault    = 24 * time.Hour
+	RelayLocalGraceDefault   = 5 * time.Second
 )
 
 // ErrInvalidConfig is wrapped by constructors given a bad Config.
@@ -63,6 +65,12 @@ type RelayConfig struct {
 	// before the relay deletes them, hourly. Defaults to 24 h. Events stay
 	// in the streams for events.MaxAge.
 	Retention time.Duration
+	// LocalGrace is how long a row that the writer's own relay publishes
+	// right after commit (see WithAfterCommit) is left out of every relay's
+	// claims: past it, a row still unmarked (its process died, or its
+	// publish failed) is claimed and published like any other. It must be
+	// well inside events.DuplicateWindow. Defaults to 5 s.
+	LocalGrace time.Duration
 	// Logger defaults to a discard logger.
 	Logger *slog.Logger
 	// Registerer, when set, receives the relay's Prometheus metrics.
@@ -92,6 +100,9 @@ func (c *RelayConfig) setDefaults() {
 	if c.Retention == 0 {
 		c.Retention = RelayRetentionDefault
 	}
+	if c.LocalGrace == 0 {
+		c.LocalGrace = RelayLocalGraceDefault
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -107,6 +118,8 @@ func (c *RelayConfig) validate() error {
 		return fmt.Errorf("%w: BatchSize %d not in 1..10000", ErrInvalidConfig, c.BatchSize)
 	case c.BackoffMax >= events.DuplicateWindow/2:
 		return fmt.Errorf("%w: BackoffMax %s must stay well inside the %s duplicate window", ErrInvalidConfig, c.BackoffMax, events.DuplicateWindow)
+	case c.LocalGrace < 0 || c.LocalGrace >= events.DuplicateWindow/2:
+		return fmt.Errorf("%w: LocalGrace %s must stay well inside the %s duplicate window", ErrInvalidConfig, c.LocalGrace, events.DuplicateWindow)
 	}
 	return nil
 }
@@ -124,6 +137,25 @@ type Relay struct {
 
 	mu     sync.Mutex
 	logged map[string]time.Time // last error log per cause
+
+	// The local path: events handed over by Write after their commit.
+	running atomic.Bool
+	acks    chan localPending // published, waiting for the PubAck
+	markMu  sync.Mutex
+	toMark  []string // acked event ids to mark published
+	marked  chan struct{}
+}
+
+// localEvent is an event Write stored, handed to the writer's relay.
+type localEvent struct {
+	id, subject string
+	headers     map[string]string
+	data        []byte
+}
+
+type localPending struct {
+	id string
+	f  jetstream.PubAckFuture
 }
 
 type relayMetrics struct {
@@ -143,7 +175,8 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Relay{cfg: cfg, wake: make(chan struct{}, 1), logged: map[string]time.Time{}}
+	r := &Relay{cfg: cfg, wake: make(chan struct{}, 1), logged: map[string]time.Time{},
+		acks: make(chan localPending, 4096), marked: make(chan struct{}, 1)}
 	r.m = relayMetrics{
 		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "tripsaga_outbox_published_total", Help: "Outbox events published and acked by JetStream."}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -179,6 +212,13 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	r.channel = "outbox_" + schema
 	go r.listen(ctx)
+	var local sync.WaitGroup
+	local.Add(2)
+	go func() { defer local.Done(); r.awaitLocal(ctx) }()
+	go func() { defer local.Done(); r.markLocal(ctx) }()
+	r.running.Store(true)
+	defer local.Wait()
+	defer r.running.Store(false)
 	t := time.NewTicker(r.cfg.PollInterval)
 	defer t.Stop()
 	clean := time.NewTicker(time.Hour)
@@ -460,3 +500,86 @@ func (e *OutageError) Error() string {
 }
 
 func (e *OutageError) Unwrap() error { return e.Err }
+
+// publishLocal publishes events stored by a transaction that has just
+// committed, without claiming their rows; awaitLocal takes their PubAcks
+// and markLocal marks them. An event that fails here is left to the claims
+// of every relay once RelayConfig.LocalGrace has passed.
+func (r *Relay) publishLocal(evs []localEvent) {
+	for _, e := range evs {
+		msg := &nats.Msg{Subject: e.subject, Data: e.data, Header: make(nats.Header, len(e.headers)+1)}
+		for k, v := range e.headers {
+			msg.Header[k] = []string{v}
+		}
+		f, err := r.cfg.JetStream.PublishMsgAsync(msg, jetstream.WithMsgID(e.id))
+		if err != nil {
+			r.m.failures.WithLabelValues(string(Classify(err))).Inc()
+			r.cfg.Logger.Debug("outbox: local publish failed; the relay's claim publishes it later", "event_id", e.id, "err", err)
+			continue
+		}
+		select {
+		case r.acks <- localPending{id: e.id, f: f}:
+		default:
+			// Too many waiting for PubAcks: the claims publish it later.
+		}
+	}
+}
+
+func (r *Relay) awaitLocal(ctx context.Context) {
+	timer := time.NewTimer(r.cfg.AckTimeout)
+	defer timer.Stop()
+	for {
+		var p localPending
+		select {
+		case <-ctx.Done():
+			return
+		case p = <-r.acks:
+		}
+		timer.Reset(r.cfg.AckTimeout)
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.f.Ok():
+			r.markMu.Lock()
+			r.toMark = append(r.toMark, p.id)
+			r.markMu.Unlock()
+			select {
+			case r.marked <- struct{}{}:
+			default:
+			}
+		case err := <-p.f.Err():
+			r.m.failures.WithLabelValues(string(Classify(err))).Inc()
+			r.cfg.Logger.Debug("outbox: local publish failed; the relay's claim publishes it later", "event_id", p.id, "err", err)
+		case <-timer.C:
+			r.m.failures.WithLabelValues(string(CauseTimeout)).Inc()
+		}
+	}
+}
+
+// markLocal marks acked events published, all that have gathered in one
+// statement, one statement at a time: under load one UPDATE marks many.
+func (r *Relay) markLocal(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.marked:
+		}
+		r.markMu.Lock()
+		ids := r.toMark
+		r.toMark = nil
+		r.markMu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
+		if err := queries.OutboxMarkPublishedByEventID(ctx, r.cfg.Pool, ids); err != nil {
+			// Left unmarked, the rows are claimed after LocalGrace and
+			// re-published; the duplicate window drops the copies.
+			if ctx.Err() == nil {
+				r.cfg.Logger.Warn("outbox: cannot mark published events; they will be re-published and deduplicated", "events", len(ids), "err", err)
+			}
+			continue
+		}
+		r.m.published.Add(float64(len(ids)))
+	}
+}

@@ -40,6 +40,10 @@ type Config struct {
 	// rows a dead predecessor left started or compensating without waiting
 	// for their lease (2 × CallTimeout + 1 s) to end.
 	SoleInstance bool
+	// Relay, when set, is the process's outbox relay: it publishes the
+	// events the runner writes right after their commit
+	// (outbox.WithAfterCommit).
+	Relay *outbox.Relay
 	// Logger defaults to a discard logger.
 	Logger *slog.Logger
 	// Registerer, when set, receives the runner's metrics.
@@ -59,8 +63,11 @@ type Runner struct {
 	// lastVerify is when claim last looked for rows to verify (unix ns):
 	// at most once per PollInterval, not on every wake.
 	lastVerify atomic.Int64
-	calls      *prometheus.CounterVec
-	raised     prometheus.Counter
+	// runCtx is Run's context while it runs: Request then records steps
+	// as started and launches their calls after the trigger commits.
+	runCtx atomic.Pointer[context.Context]
+	calls  *prometheus.CounterVec
+	raised prometheus.Counter
 }
 
 // New returns a runner. It returns an error wrapping [ErrInvalidConfig]
@@ -126,9 +133,13 @@ type Request struct {
 	KeyName string
 }
 
-// Request records the step as pending inside tx (the trigger event's inbox
+// Request records the step inside tx (the trigger event's inbox
 // transaction) and returns whether it was new. A row that exists already,
-// including a voided one, is left alone. Call [Runner.Wake] after commit.
+// including a voided one, is left alone. When ctx comes from
+// outbox.WithAfterCommit and Run is running, the row is recorded as
+// started and the company is called right after the commit; otherwise it
+// is recorded as pending, and the caller calls [Runner.Wake] after commit
+// (done for it with outbox.WithAfterCommit).
 func (r *Runner) Request(ctx context.Context, tx pgx.Tx, req Request) (bool, error) {
 	body, err := json.Marshal(req.Body)
 	if err != nil {
@@ -143,6 +154,26 @@ func (r *Runner) Request(ctx context.Context, tx pgx.Tx, req Request) (bool, err
 	if req.KeyName != "" {
 		key = req.TripID + ":" + req.KeyName
 	}
+	if rc := r.runCtx.Load(); rc != nil && (*rc).Err() == nil && outbox.InAfterCommit(ctx) {
+		// The trigger's transaction takes the claim too: the row is
+		// started, with a lease, and the call is made once it commits. A
+		// crash before the call leaves a started row, which is asked
+		// about again by key like any other.
+		lease := time.Now().Add(2*r.t.CallTimeout + time.Second)
+		row, err := queries.StepInsertStarted(ctx, tx, dbsqlc.StepInsertStartedParams{
+			TripID: req.TripID, Step: r.cfg.Spec.Name, IdempotencyKey: key,
+			Request: body, Fingerprint: hex.EncodeToString(sum[:]), Trip: trip,
+			DeadlineAt: time.Now().Add(r.t.StepDeadline), LeaseUntil: lease,
+		})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("saga: record %s of %s: %w", r.cfg.Spec.Name, req.TripID, err)
+		}
+		outbox.AfterCommit(ctx, func() { r.launch(*rc, row) })
+		return true, nil
+	}
 	n, err := queries.StepInsertIfAbsent(ctx, tx, dbsqlc.StepInsertIfAbsentParams{
 		TripID: req.TripID, Step: r.cfg.Spec.Name, IdempotencyKey: key,
 		Request: body, Fingerprint: hex.EncodeToString(sum[:]), Trip: trip,
@@ -151,6 +182,9 @@ func (r *Runner) Request(ctx context.Context, tx pgx.Tx, req Request) (bool, err
 	if err != nil {
 		return false, fmt.Errorf("saga: record %s of %s: %w", r.cfg.Spec.Name, req.TripID, err)
 	}
+	if n == 1 {
+		outbox.AfterCommit(ctx, r.Wake)
+	}
 	return n == 1, nil
 }
 
@@ -158,11 +192,13 @@ func (r *Runner) Request(ctx context.Context, tx pgx.Tx, req Request) (bool, err
 // compensation). A step that is done or still unresolved becomes
 // compensating; a step with no row is voided, so it never runs if its
 // trigger comes later; a step already rejected, failed, undone or voided is
-// left alone. Call [Runner.Wake] after commit.
+// left alone. Call [Runner.Wake] after commit (done for the caller when ctx
+// comes from outbox.WithAfterCommit).
 func (r *Runner) RequestUndo(ctx context.Context, tx pgx.Tx, trip string) error {
 	if r.cfg.Spec.Class != events.Compensable {
 		return fmt.Errorf("saga: %s is %s and has no compensation", r.cfg.Spec.Name, r.cfg.Spec.Class)
 	}
+	outbox.AfterCommit(ctx, r.Wake)
 	row, err := queries.StepGetForUpdate(ctx, tx, dbsqlc.StepGetForUpdateParams{TripID: trip, Step: r.cfg.Spec.Name})
 	if errors.Is(err, pgx.ErrNoRows) {
 		n, err := queries.StepInsertVoided(ctx, tx, dbsqlc.StepInsertVoidedParams{TripID: trip, Step: r.cfg.Spec.Name, IdempotencyKey: r.Key(trip)})
@@ -211,6 +247,36 @@ func (r *Runner) undoRow(ctx context.Context, tx pgx.Tx, row dbsqlc.Step) error 
 	}
 }
 
+// launch calls the company for a row the trigger's transaction recorded
+// as started, once a call slot is free.
+func (r *Runner) launch(ctx context.Context, row dbsqlc.Step) {
+	if ctx.Err() != nil {
+		return // the lease ends and the next start's recovery pass asks again
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		select {
+		case r.sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		defer func() {
+			<-r.sem
+			if r.full.Swap(false) {
+				r.Wake()
+			}
+		}()
+		r.forward(ctx, row)
+	}()
+}
+
+// Running reports whether Run is running.
+func (r *Runner) Running() bool {
+	rc := r.runCtx.Load()
+	return rc != nil && (*rc).Err() == nil
+}
+
 // Wake makes the runner look for due rows now.
 func (r *Runner) Wake() {
 	select {
@@ -223,6 +289,8 @@ func (r *Runner) Wake() {
 // company and records what came back, waking on [Runner.Wake] and polling
 // every PollInterval. In-flight calls finish before Run returns.
 func (r *Runner) Run(ctx context.Context) error {
+	r.runCtx.Store(&ctx)
+	defer r.runCtx.Store(nil)
 	t := time.NewTicker(r.t.PollInterval)
 	defer t.Stop()
 	defer r.wg.Wait()
@@ -590,6 +658,7 @@ func (r *Runner) inTx(ctx context.Context, claimed dbsqlc.Step, f func(tx pgx.Tx
 		return err
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
+	ctx, committed := outbox.WithAfterCommit(ctx, r.cfg.Relay)
 	row, err := queries.StepGetForUpdate(ctx, tx, dbsqlc.StepGetForUpdateParams{TripID: claimed.TripID, Step: claimed.Step})
 	if err != nil {
 		return err
@@ -604,7 +673,11 @@ func (r *Runner) inTx(ctx context.Context, claimed dbsqlc.Step, f func(tx pgx.Tx
 	if err := outbox.Write(ctx, tx, evs...); err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	committed()
+	return nil
 }
 
 func (r *Runner) event(typ string, row *dbsqlc.Step, carryTrip bool) ([]event.Event, error) {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/saga"
@@ -276,6 +277,42 @@ func TestRunner(t *testing.T) {
 		inc, err = saga.Incidents(ctx, b.pool)
 		require.NoError(t, err)
 		require.NotNil(t, inc[0].ResolvedAt, "resolved once the undo worked")
+	})
+
+	t.Run("ATriggerRecordsTheStepStartedAndTheCallFollowsItsCommit", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// Polls and leases are long: only the after-commit launch can
+		// make the call here.
+		slowPoll := fast
+		slowPoll.PollInterval = time.Hour
+		slowPoll.CallTimeout = time.Second
+		slowPoll.StepDeadline = time.Hour
+		r := runner(t, b, slowPoll)
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { _ = r.Run(rctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		testenv.Eventually(t, r.Running, "runner running")
+
+		tr := trip("direct@x.io")
+		body, err := hotel.Build("T-direct", tr)
+		require.NoError(t, err)
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		wctx, committed := outbox.WithAfterCommit(ctx, nil)
+		isNew, err := r.Request(wctx, tx, saga.Request{TripID: "T-direct", Body: body, Trip: &tr})
+		require.NoError(t, err)
+		require.True(t, isNew)
+		require.Equal(t, "none", companyStatus(t, b, "T-direct:hotel"), "no call before the commit")
+		require.NoError(t, tx.Commit(ctx))
+		s := step(t, b, "T-direct")
+		require.Equal(t, "started", s.Status, "written down as started, in the trigger's own transaction")
+		require.Equal(t, 1, s.Attempts)
+		committed()
+		testenv.Eventually(t, func() bool { return step(t, b, "T-direct").Status == "done" }, "called right after the commit")
+		require.Equal(t, "held", companyStatus(t, b, "T-direct:hotel"))
+		require.Equal(t, []string{events.HotelHeld}, outboxTypes(t, b, "T-direct"))
 	})
 
 	t.Run("UndoBeforeItsStepVoidsIt", func(t *testing.T) {

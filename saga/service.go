@@ -74,15 +74,15 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	if cfg.Build == nil {
 		return nil, fmt.Errorf("%w: Build is required", ErrInvalidConfig)
 	}
-	r, err := New(Config{Pool: cfg.Pool, Spec: cfg.Spec, Timing: cfg.Timing, SoleInstance: true, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	relay, err := outbox.NewRelay(outbox.RelayConfig{Pool: cfg.Pool, JetStream: cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer})
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, Runner: r}
-	s.relay, err = outbox.NewRelay(outbox.RelayConfig{Pool: cfg.Pool, JetStream: cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	r, err := New(Config{Pool: cfg.Pool, Spec: cfg.Spec, Timing: cfg.Timing, SoleInstance: true, Relay: relay, Logger: cfg.Logger, Registerer: cfg.Registerer})
 	if err != nil {
 		return nil, err
 	}
+	s := &Service{cfg: cfg, Runner: r, relay: relay}
 	metrics, err := outbox.NewInboxMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -115,8 +115,8 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		in, err := outbox.NewInbox(outbox.InboxConfig{
 			Name: cfg.Spec.Service, Stream: stream, FilterSubjects: filters, Types: types,
 			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: handler,
-			OnCommitted: func(event.Event) { r.Wake() },
-			Logger:      cfg.Logger, Metrics: metrics,
+			Relay:  relay,
+			Logger: cfg.Logger, Metrics: metrics,
 		})
 		if err != nil {
 			return nil, err

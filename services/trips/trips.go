@@ -106,7 +106,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	mc := provider.Mail(cfg.MailURL)
 	s.mail, err = saga.New(saga.Config{
-		Pool: cfg.Pool, Timing: cfg.Timing, SoleInstance: true, Logger: cfg.Logger, Registerer: cfg.Registerer,
+		Pool: cfg.Pool, Timing: cfg.Timing, SoleInstance: true, Relay: s.relay, Logger: cfg.Logger, Registerer: cfg.Registerer,
 		Spec: saga.Spec{Name: "mail", Service: "trips", Class: events.ForwardOnly, Company: mc, ActiveStatus: mc.ActiveStatus, OnDone: events.MailSent},
 	})
 	if err != nil {
@@ -126,7 +126,7 @@ func New(cfg Config) (*Service, error) {
 		in, err := outbox.NewInbox(outbox.InboxConfig{
 			Name: "trips", Stream: stream, FilterSubjects: filters, Types: projection.Consumes,
 			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: s.project, OnCommitted: s.onProjected,
-			Logger: cfg.Logger, Metrics: metrics,
+			Relay: s.relay, Logger: cfg.Logger, Metrics: metrics,
 		})
 		if err != nil {
 			return nil, err
@@ -138,7 +138,7 @@ func New(cfg Config) (*Service, error) {
 		in, err := outbox.NewInbox(outbox.InboxConfig{
 			Name: "trips-mail", Stream: stream, FilterSubjects: filters, Types: mailStep.Trigger,
 			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: s.requestMail,
-			OnCommitted: func(event.Event) { s.mail.Wake() }, Logger: cfg.Logger, Metrics: metrics,
+			Relay: s.relay, Logger: cfg.Logger, Metrics: metrics,
 		})
 		if err != nil {
 			return nil, err
@@ -391,6 +391,7 @@ func (s *Service) create(ctx context.Context, key string, req events.TripRequest
 		return dbsqlc.Trip{}, err
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
+	ctx, committed := outbox.WithAfterCommit(ctx, s.relay)
 	n, err := queries.TripInsert(ctx, tx, dbsqlc.TripInsertParams{TripID: id, IdempotencyKey: keyp, Fingerprint: fp, Request: body})
 	if err != nil {
 		return dbsqlc.Trip{}, err
@@ -409,7 +410,7 @@ func (s *Service) create(ctx context.Context, key string, req events.TripRequest
 	if err := tx.Commit(ctx); err != nil {
 		return dbsqlc.Trip{}, err
 	}
-	s.relay.Wake()
+	committed()
 	row, err := queries.TripGet(ctx, s.cfg.Pool, id)
 	if err != nil {
 		// The trip is recorded: answer it as it was written rather than

@@ -134,23 +134,27 @@ func (q *Queries) OutboxDeletePublishedBefore(ctx context.Context, db DBTX, befo
 }
 
 const outboxInsert = `-- name: OutboxInsert :exec
-INSERT INTO outbox (event_id, nats_subject, headers, data)
-VALUES ($1, $2, $3, $4)
+INSERT INTO outbox (event_id, nats_subject, headers, data, next_attempt_at)
+VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5::float8))
 `
 
 type OutboxInsertParams struct {
-	EventID     string
-	NatsSubject string
-	Headers     []byte
-	Data        []byte
+	EventID      string
+	NatsSubject  string
+	Headers      []byte
+	Data         []byte
+	DelaySeconds float64
 }
 
+// delay_seconds > 0 keeps the row out of the relays' claims for that long:
+// the writer's own relay publishes it right after commit (outbox.Write).
 func (q *Queries) OutboxInsert(ctx context.Context, db DBTX, arg OutboxInsertParams) error {
 	_, err := db.Exec(ctx, outboxInsert,
 		arg.EventID,
 		arg.NatsSubject,
 		arg.Headers,
 		arg.Data,
+		arg.DelaySeconds,
 	)
 	return err
 }
@@ -263,6 +267,17 @@ WHERE id = ANY($1::bigint[])
 
 func (q *Queries) OutboxMarkPublished(ctx context.Context, db DBTX, ids []int64) error {
 	_, err := db.Exec(ctx, outboxMarkPublished, ids)
+	return err
+}
+
+const outboxMarkPublishedByEventID = `-- name: OutboxMarkPublishedByEventID :exec
+UPDATE outbox SET published_at = now(), last_error = NULL
+WHERE event_id = ANY($1::text[]) AND published_at IS NULL
+`
+
+// Marks rows the writer's own relay published right after commit.
+func (q *Queries) OutboxMarkPublishedByEventID(ctx context.Context, db DBTX, eventIds []string) error {
+	_, err := db.Exec(ctx, outboxMarkPublishedByEventID, eventIds)
 	return err
 }
 

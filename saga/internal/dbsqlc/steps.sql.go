@@ -270,6 +270,70 @@ func (q *Queries) StepInsertIfAbsent(ctx context.Context, db DBTX, arg StepInser
 	return result.RowsAffected(), nil
 }
 
+const stepInsertStarted = `-- name: StepInsertStarted :one
+INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at,
+                   attempts, started_at, next_attempt_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'started', $7,
+        1, now(), $8)
+ON CONFLICT (trip_id, step) DO NOTHING
+RETURNING trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at
+`
+
+type StepInsertStartedParams struct {
+	TripID         string
+	Step           string
+	IdempotencyKey string
+	Request        []byte
+	Fingerprint    string
+	Trip           []byte
+	DeadlineAt     time.Time
+	LeaseUntil     time.Time
+}
+
+// Records a step from its trigger event as already started (attempt 1,
+// leased until next_attempt_at), in the trigger's inbox transaction: the
+// process calls the company right after that commit, so one commit, not
+// two, precedes the call. A row that already exists is left alone (no row
+// returned).
+func (q *Queries) StepInsertStarted(ctx context.Context, db DBTX, arg StepInsertStartedParams) (Step, error) {
+	row := db.QueryRow(ctx, stepInsertStarted,
+		arg.TripID,
+		arg.Step,
+		arg.IdempotencyKey,
+		arg.Request,
+		arg.Fingerprint,
+		arg.Trip,
+		arg.DeadlineAt,
+		arg.LeaseUntil,
+	)
+	var i Step
+	err := row.Scan(
+		&i.TripID,
+		&i.Step,
+		&i.IdempotencyKey,
+		&i.Request,
+		&i.Fingerprint,
+		&i.Trip,
+		&i.Status,
+		&i.UndoCause,
+		&i.CompanyRef,
+		&i.Outcome,
+		&i.Reason,
+		&i.Attempts,
+		&i.UndoAttempts,
+		&i.NextAttemptAt,
+		&i.DeadlineAt,
+		&i.VerifyAt,
+		&i.LastError,
+		&i.CreatedAt,
+		&i.StartedAt,
+		&i.FinishedAt,
+		&i.UndoneAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
 const stepInsertVoided = `-- name: StepInsertVoided :execrows
 INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause,
                    deadline_at, finished_at, undone_at, outcome)

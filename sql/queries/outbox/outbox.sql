@@ -1,6 +1,13 @@
 -- name: OutboxInsert :exec
-INSERT INTO outbox (event_id, nats_subject, headers, data)
-VALUES (@event_id, @nats_subject, @headers, @data);
+-- delay_seconds > 0 keeps the row out of the relays' claims for that long:
+-- the writer's own relay publishes it right after commit (outbox.Write).
+INSERT INTO outbox (event_id, nats_subject, headers, data, next_attempt_at)
+VALUES (@event_id, @nats_subject, @headers, @data, now() + make_interval(secs => @delay_seconds::float8));
+
+-- name: OutboxMarkPublishedByEventID :exec
+-- Marks rows the writer's own relay published right after commit.
+UPDATE outbox SET published_at = now(), last_error = NULL
+WHERE event_id = ANY(@event_ids::text[]) AND published_at IS NULL;
 
 -- name: OutboxNotify :exec
 SELECT pg_notify('outbox_' || current_schema(), '');

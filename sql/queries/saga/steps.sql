@@ -6,6 +6,19 @@ INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, s
 VALUES (@trip_id, @step, @idempotency_key, @request, @fingerprint, @trip, 'pending', @deadline_at)
 ON CONFLICT (trip_id, step) DO NOTHING;
 
+-- name: StepInsertStarted :one
+-- Records a step from its trigger event as already started (attempt 1,
+-- leased until next_attempt_at), in the trigger's inbox transaction: the
+-- process calls the company right after that commit, so one commit, not
+-- two, precedes the call. A row that already exists is left alone (no row
+-- returned).
+INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at,
+                   attempts, started_at, next_attempt_at)
+VALUES (@trip_id, @step, @idempotency_key, @request, @fingerprint, @trip, 'started', @deadline_at,
+        1, now(), @lease_until)
+ON CONFLICT (trip_id, step) DO NOTHING
+RETURNING *;
+
 -- name: StepInsertVoided :execrows
 -- The dtm "barrier": an undo that arrives before its forward step leaves a
 -- voided row, so the forward step, if it comes later, never runs.
