@@ -472,3 +472,23 @@ func TestDemoSaysTheKillIsTheSituation(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvForTool: without --dir the process environment is used when it
+// has what the command needs; what is missing is named, with --dir as the
+// way to point at a running up.
+func TestEnvForTool(t *testing.T) {
+	t.Chdir(t.TempDir()) // no .tripsaga here
+	t.Setenv("NATS_URL", "")
+	t.Setenv("DATABASE_URL", "postgres://example/db")
+	env, err := envForTool("", "DATABASE_URL")
+	if err != nil || env.DatabaseURL != "postgres://example/db" {
+		t.Fatalf("envForTool: %+v, %v", env, err)
+	}
+	_, err = envForTool("", "NATS_URL", "DATABASE_URL")
+	if err == nil || !strings.Contains(err.Error(), "NATS_URL is not set") || !strings.Contains(err.Error(), "--dir") {
+		t.Fatalf("envForTool without NATS_URL: %v", err)
+	}
+	if _, err := envForTool(t.TempDir(), "DATABASE_URL"); !errors.Is(err, errNoUp) {
+		t.Fatalf("envForTool with a --dir where no up runs: %v", err)
+	}
+}

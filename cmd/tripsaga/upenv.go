@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/stack"
@@ -43,12 +44,13 @@ func envFromUpDir(dir string) (map[string]string, error) {
 }
 
 // envForTool is the environment of a command that uses a running system
-// (replay, outbox): with dir set, the `tripsaga up` running there;
-// otherwise the process environment, and when that lacks NATS_URL and
-// DATABASE_URL, a `tripsaga up` running in the default folder. Errors
-// say which variables are missing and how to point at a running up.
+// (replay, outbox) and needs the variables named in need: with dir set,
+// the `tripsaga up` running there (its values win); otherwise the process
+// environment, and when that lacks one of need, a `tripsaga up` running in
+// the default folder. Errors say which variables are missing and how to
+// point at a running up.
 func envForTool(dir string, need ...string) (app.Env, error) {
-	if dir == "" && (os.Getenv("NATS_URL") == "" || os.Getenv("DATABASE_URL") == "") {
+	if dir == "" && slices.ContainsFunc(need, func(k string) bool { return os.Getenv(k) == "" }) {
 		if _, running, _ := stack.Running(defaultUpDir); running {
 			dir = defaultUpDir
 		}
