@@ -53,6 +53,18 @@ var ErrPermanent = errors.New("outbox: permanent handler error")
 // wraps [ErrPermanent], or after MaxDeliver deliveries).
 type HandlerFunc func(ctx context.Context, tx pgx.Tx, e event.Event) error
 
+// Delivery is one decoded event an inbox received, with its place in its
+// stream.
+type Delivery struct {
+	Event  event.Event
+	Stream string
+	Seq    uint64
+}
+
+// BatchFunc applies deliveries of one stream inside tx; see
+// InboxConfig.BatchApply.
+type BatchFunc func(ctx context.Context, tx pgx.Tx, consumer string, ds []Delivery) error
+
 // InboxConfig configures an [Inbox].
 type InboxConfig struct {
 	// Name is the durable consumer name and the inbox's dedup scope.
@@ -90,6 +102,16 @@ type InboxConfig struct {
 	AckWait time.Duration
 	// Concurrency is how many events are handled at once. Defaults to 4.
 	Concurrency int
+	// BatchApply, when set, applies many events in one transaction: each
+	// worker takes the events that have arrived (at most BatchSize) and
+	// calls BatchApply once, which must record each event in the inbox
+	// itself in tx (dedup by (consumer, source, id)) with its effect. If
+	// it fails, the batch is rolled back and each event is handled alone by
+	// Handler, so one bad event only fails itself. Events that cannot be
+	// decoded or are of a type not in Types never reach it (parked).
+	BatchApply BatchFunc
+	// BatchSize caps a BatchApply batch. Defaults to 256.
+	BatchSize int
 	// BackoffMax caps the redelivery delay after a handler error
 	// (200 ms doubling). Defaults to 15 s.
 	BackoffMax time.Duration
@@ -137,6 +159,9 @@ func (c *InboxConfig) setDefaults() {
 	}
 	if c.BackoffMax == 0 {
 		c.BackoffMax = InboxBackoffMaxDefault
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 256
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -246,14 +271,35 @@ func (in *Inbox) Run(ctx context.Context) error {
 }
 
 func (in *Inbox) consume(ctx context.Context, cons jetstream.Consumer) error {
-	work := make(chan jetstream.Msg)
+	prefetch := 2 * in.cfg.Concurrency
+	if in.cfg.BatchApply != nil {
+		prefetch = max(prefetch, in.cfg.BatchSize)
+	}
+	work := make(chan jetstream.Msg, prefetch)
 	var wg sync.WaitGroup
 	for range in.cfg.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for msg := range work {
-				in.handle(ctx, msg)
+				if in.cfg.BatchApply == nil {
+					in.handle(ctx, msg)
+					continue
+				}
+				batch := []jetstream.Msg{msg}
+			more:
+				for len(batch) < in.cfg.BatchSize {
+					select {
+					case m, ok := <-work:
+						if !ok {
+							break more
+						}
+						batch = append(batch, m)
+					default:
+						break more
+					}
+				}
+				in.handleBatch(ctx, batch)
 			}
 		}()
 	}
@@ -263,7 +309,7 @@ func (in *Inbox) consume(ctx context.Context, cons jetstream.Consumer) error {
 		case work <- msg:
 		case <-ctx.Done():
 		}
-	}, jetstream.PullMaxMessages(2*in.cfg.Concurrency), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, jetstream.PullMaxMessages(prefetch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if ctx.Err() == nil {
 			in.cfg.Logger.Debug("inbox consume", "consumer", in.cfg.Name, "err", err)
 		}
@@ -330,6 +376,75 @@ func (in *Inbox) handle(ctx context.Context, msg jetstream.Msg) {
 
 // process runs the handler and the inbox insert in one transaction. A
 // panic in the handler becomes an error.
+// handleBatch applies msgs in one transaction with BatchApply and acks
+// them after commit; events that cannot be decoded or are of an unknown
+// type are parked one by one, and if the batch fails each event is handled
+// alone (handle), so one bad event fails only itself.
+func (in *Inbox) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
+	ds := make([]Delivery, 0, len(msgs))
+	ok := make([]jetstream.Msg, 0, len(msgs))
+	for _, msg := range msgs {
+		md, err := msg.Metadata()
+		if err != nil {
+			in.handle(ctx, msg)
+			continue
+		}
+		e, err := events.Decode(msg.Headers(), msg.Data())
+		if err != nil || !in.types[e.Type()] {
+			in.handle(ctx, msg) // parks it with the reason
+			continue
+		}
+		ds = append(ds, Delivery{Event: e, Stream: md.Stream, Seq: md.Sequence.Stream})
+		ok = append(ok, msg)
+	}
+	if len(ds) == 0 {
+		return
+	}
+	err := in.applyBatch(ctx, ds)
+	if err != nil {
+		if ctx.Err() != nil {
+			return // the server redelivers after AckWait
+		}
+		in.cfg.Logger.Warn("inbox: batch failed; handling its events one by one", "consumer", in.cfg.Name, "events", len(ds), "err", err)
+		for _, msg := range ok {
+			in.handle(ctx, msg)
+		}
+		return
+	}
+	for i, msg := range ok {
+		in.cfg.Metrics.inc(in.cfg.Name, "handled")
+		_ = msg.Ack()
+		if in.cfg.OnCommitted != nil {
+			in.cfg.OnCommitted(ds[i].Event)
+		}
+	}
+}
+
+func (in *Inbox) applyBatch(ctx context.Context, ds []Delivery) (err error) {
+	tx, err := in.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	ctx, committed := WithAfterCommit(ctx, in.cfg.Relay)
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("batch handler panic: %v\n%s", r, debug.Stack())
+			}
+		}()
+		err = in.cfg.BatchApply(ctx, tx, in.cfg.Name, ds)
+	}()
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	committed()
+	return nil
+}
+
 func (in *Inbox) process(ctx context.Context, e event.Event, md *jetstream.MsgMetadata) (dup bool, err error) {
 	tx, err := in.cfg.Pool.Begin(ctx)
 	if err != nil {

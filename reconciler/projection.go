@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
 	"github.com/tripsaga/tripsaga/services/trips"
 )
@@ -102,6 +103,23 @@ func handle(ctx context.Context, tx pgx.Tx, e event.Event) error {
 		return fmt.Errorf("projection lock: %w", err)
 	}
 	return apply(ctx, tx, e)
+}
+
+// handleBatch is the live projection's [outbox.BatchFunc]: many events of
+// one stream in one transaction, under the projection lock as [handle].
+func handleBatch(ctx context.Context, tx pgx.Tx, _ string, ds []outbox.Delivery) error {
+	if err := queries.ProjectionLockShared(ctx, tx); err != nil {
+		return fmt.Errorf("projection lock: %w", err)
+	}
+	items := make([]replayItem, 0, len(ds))
+	for _, d := range ds {
+		if err := applicable(d.Event); err != nil {
+			return err // handled alone, it is parked
+		}
+		items = append(items, replayItem{e: d.Event, seq: d.Seq})
+	}
+	_, _, err := applyItems(ctx, tx, ds[0].Stream, items)
+	return err
 }
 
 func nonEmpty(s string) *string {

@@ -138,8 +138,8 @@ func New(cfg Config) (*Reconciler, error) {
 	for stream, filters := range events.Default.Streams(types) {
 		in, err := outbox.NewInbox(outbox.InboxConfig{
 			Name: ProjectionName, Stream: stream, FilterSubjects: filters, Types: types,
-			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: handle,
-			Logger: cfg.Logger, Metrics: inboxMetrics,
+			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: handle, BatchApply: handleBatch,
+			Concurrency: 1, Logger: cfg.Logger, Metrics: inboxMetrics,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("reconciler: inbox %s: %w", stream, err)

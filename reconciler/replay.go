@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -298,6 +299,24 @@ func applyBatchOnce(ctx context.Context, pool *pgxpool.Pool, stream string, item
 		return 0, 0, fmt.Errorf("replay: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
+	applied, dup, err = applyItems(ctx, tx, stream, items)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, 0, fmt.Errorf("replay: commit: %w", err)
+	}
+	return applied, dup, nil
+}
+
+// applyItems applies items of one stream to trip_view inside tx, each
+// behind its inbox row (consumer "reconciler"), the whole batch in one round
+// trip, in trip id order so that concurrent batches lock rows in the same
+// order. It returns how many were applied and how many the inbox already
+// had.
+func applyItems(ctx context.Context, tx pgx.Tx, stream string, items []replayItem) (applied, dup int, err error) {
+	items = slices.Clone(items)
+	slices.SortStableFunc(items, func(a, b replayItem) int { return strings.Compare(a.e.Subject(), b.e.Subject()) })
 	// The whole batch goes to the server in one round trip: per event, the
 	// inbox row and the same trip_view upsert as [apply].
 	params := make([]dbsqlc.TripViewReplayApplyParams, len(items))
@@ -352,9 +371,6 @@ func applyBatchOnce(ctx context.Context, pool *pgxpool.Pool, stream string, item
 		if err := queries.TripViewSetStatusMany(ctx, tx, upd); err != nil {
 			return 0, 0, fmt.Errorf("replay: status: %w", err)
 		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, 0, fmt.Errorf("replay: commit: %w", err)
 	}
 	return applied, dup, nil
 }
