@@ -337,8 +337,11 @@ func runFull(ctx context.Context, cfg Config, rep *Report) error {
 	}
 	rep.JSPublishPerS = round(pps, 0)
 
-	// Idle: what the system costs with no trips (polling).
-	idle := 3 * time.Second
+	// Idle: what the system costs with no trips (polling), after a second
+	// for the baselines' aftermath. /proc counts CPU in 10 ms ticks, so
+	// idle figures have a resolution of 2 ms/s.
+	time.Sleep(time.Second)
+	idle := 5 * time.Second
 	c0 := meter.sample()
 	p0, err := pm.sample(ctx)
 	if err != nil {

@@ -77,13 +77,17 @@ func (rep *Report) WriteText(w io.Writer) error {
 		}
 		r := rep.Relay
 		p("\nOUTBOX RELAY (outbox.Write + one Relay.PublishBatch loop, scratch schema, scratch NATS)\n")
-		p("  draining a %s-event backlog          %s events/s\n", num(float64(r.Backlog)), num(r.DrainPerS))
-		p("  draining it with %d writers running    %s events/s (writers meanwhile: %s events/s)\n", r.Writers, num(r.WithWritersPerS), num(r.WritersPerS))
-		p("  writing the backlog                    %s events/s\n", num(r.WritePerS))
+		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "  draining a %s-event backlog\t%s events/s\n", num(float64(r.Backlog)), num(r.DrainPerS))
+		fmt.Fprintf(tw, "  draining a second one, %d writers running\t%s events/s over %.1f s (writers meanwhile: %s events/s, one event per transaction)\n", r.Writers, num(r.WithWritersPerS), r.WithWritersS, num(r.WritersPerS))
+		fmt.Fprintf(tw, "  writing a backlog (100 events per transaction, 4 writers)\t%s events/s\n", num(r.WritePerS))
+		_ = tw.Flush()
 		p("\nRECONCILER REBUILD (reconciler.Replay, scratch schema, scratch NATS)\n")
+		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 		for _, x := range rep.Rebuild {
-			p("  %s events (%d trips)  %.2f s  %s events/s\n", num(float64(x.Events)), x.Trips, x.DurationS, num(x.EventsPerS))
+			fmt.Fprintf(tw, "  %s events (%s trips)\t%.2f s\t%s events/s\n", num(float64(x.Events)), num(float64(x.Trips)), x.DurationS, num(x.EventsPerS))
 		}
+		_ = tw.Flush()
 		lin := "yes"
 		if !rep.RebuildLinear {
 			lin = "NO"
