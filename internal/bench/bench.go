@@ -222,6 +222,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Machine.NATS = server.VERSION
 	if cfg.SimMemory {
 		rep.SimStore = "memory"
+	} else if cfg.TripsURL == "" {
+		rep.Notes = append(rep.Notes, "the simulators keep their records in the same PostgreSQL: the per-trip PostgreSQL figures include their transactions (--sim-memory leaves them out)")
 	}
 	var err error
 	if cfg.TripsURL != "" {
