@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"math"
 	"runtime/debug"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -513,4 +515,32 @@ func (in *Inbox) park(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgM
 	}
 	in.cfg.Metrics.inc(in.cfg.Name, "parked")
 	_ = msg.Ack()
+}
+
+// HandlerBatch makes a [BatchFunc] of h: in the batch's one transaction,
+// each delivery gets its inbox row and, unless the inbox had it already,
+// h's effect, in trip order (CloudEvents subject) so that concurrent
+// batches lock rows in the same order. h must be correct when run for
+// several events in one transaction, as it is when they come one by one.
+func HandlerBatch(h HandlerFunc) BatchFunc {
+	return func(ctx context.Context, tx pgx.Tx, consumer string, ds []Delivery) error {
+		ds = slices.Clone(ds)
+		slices.SortStableFunc(ds, func(a, b Delivery) int { return strings.Compare(a.Event.Subject(), b.Event.Subject()) })
+		for _, d := range ds {
+			n, err := queries.InboxInsertIfAbsent(ctx, tx, dbsqlc.InboxInsertIfAbsentParams{
+				Consumer: consumer, Source: d.Event.Source(), EventID: d.Event.ID(), CeType: d.Event.Type(),
+				Stream: d.Stream, StreamSeq: int64(d.Seq),
+			})
+			if err != nil {
+				return fmt.Errorf("inbox insert: %w", err)
+			}
+			if n == 0 {
+				continue
+			}
+			if err := h(ctx, tx, d.Event); err != nil {
+				return fmt.Errorf("event %s: %w", d.Event.ID(), err)
+			}
+		}
+		return nil
+	}
 }

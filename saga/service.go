@@ -114,7 +114,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		}
 		in, err := outbox.NewInbox(outbox.InboxConfig{
 			Name: cfg.Spec.Service, Stream: stream, FilterSubjects: filters, Types: types,
-			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: handler,
+			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: handler, BatchApply: outbox.HandlerBatch(handler),
 			Relay:  relay,
 			Logger: cfg.Logger, Metrics: metrics,
 		})

@@ -90,7 +90,7 @@ type Service struct {
 	mail    *saga.Runner
 	inboxes []*outbox.Inbox
 	mu      sync.Mutex
-	waiters map[string]chan struct{} // trip id -> closed at its next projected event
+	waiters map[string]*waiter // trip id -> closed at its next status change
 }
 
 // New builds the service.
@@ -98,7 +98,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, waiters: map[string]chan struct{}{}}
+	s := &Service{cfg: cfg, log: cfg.Logger, waiters: map[string]*waiter{}}
 	var err error
 	s.relay, err = outbox.NewRelay(outbox.RelayConfig{Pool: cfg.Pool, JetStream: cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer})
 	if err != nil {
@@ -125,7 +125,7 @@ func New(cfg Config) (*Service, error) {
 	for stream, filters := range events.Default.Streams(projection.Consumes) {
 		in, err := outbox.NewInbox(outbox.InboxConfig{
 			Name: "trips", Stream: stream, FilterSubjects: filters, Types: projection.Consumes,
-			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: s.project, OnCommitted: s.onProjected,
+			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: s.project, BatchApply: outbox.HandlerBatch(s.project),
 			Relay: s.relay, Logger: cfg.Logger, Metrics: metrics,
 		})
 		if err != nil {
@@ -137,7 +137,7 @@ func New(cfg Config) (*Service, error) {
 	for stream, filters := range events.Default.Streams(mailStep.Trigger) {
 		in, err := outbox.NewInbox(outbox.InboxConfig{
 			Name: "trips-mail", Stream: stream, FilterSubjects: filters, Types: mailStep.Trigger,
-			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: s.requestMail,
+			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: s.requestMail, BatchApply: outbox.HandlerBatch(s.requestMail),
 			Relay: s.relay, Logger: cfg.Logger, Metrics: metrics,
 		})
 		if err != nil {
@@ -230,28 +230,43 @@ func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	}); err != nil {
 		return err
 	}
+	if row.Status != was {
+		row.UpdatedAt = time.Now()
+		// Without a commit hook the waiters' once-a-second read finds it.
+		outbox.AfterCommit(ctx, func() { s.projected(row) })
+	}
 	return outbox.Write(ctx, tx, evs...)
 }
 
-func (s *Service) onProjected(e event.Event) {
+// projected wakes every request waiting on the trip after its status
+// changed, handing them the row as committed (a row with only TripID
+// set makes them read it).
+func (s *Service) projected(row dbsqlc.Trip) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ch, ok := s.waiters[e.Subject()]; ok {
-		close(ch) // wakes every request waiting on this trip
-		delete(s.waiters, e.Subject())
+	if w, ok := s.waiters[row.TripID]; ok {
+		w.row = row
+		close(w.ch) // wakes every request waiting on this trip
+		delete(s.waiters, row.TripID)
 	}
 }
 
-// changed returns a channel closed at the trip's next projected event.
-func (s *Service) changed(trip string) <-chan struct{} {
+// waiter is closed at a trip's next status change, with the row then.
+type waiter struct {
+	ch  chan struct{}
+	row dbsqlc.Trip
+}
+
+// changed returns the trip's waiter for its next status change.
+func (s *Service) changed(trip string) *waiter {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ch, ok := s.waiters[trip]
+	w, ok := s.waiters[trip]
 	if !ok {
-		ch = make(chan struct{})
-		s.waiters[trip] = ch
+		w = &waiter{ch: make(chan struct{})}
+		s.waiters[trip] = w
 	}
-	return ch
+	return w
 }
 
 // oneLine returns s with every control character and line break (see
@@ -392,13 +407,13 @@ func (s *Service) create(ctx context.Context, key string, req events.TripRequest
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	ctx, committed := outbox.WithAfterCommit(ctx, s.relay)
-	n, err := queries.TripInsert(ctx, tx, dbsqlc.TripInsertParams{TripID: id, IdempotencyKey: keyp, Fingerprint: fp, Request: body})
-	if err != nil {
-		return dbsqlc.Trip{}, err
-	}
-	if n == 0 { // a concurrent POST with the same key won
+	row, err := queries.TripInsert(ctx, tx, dbsqlc.TripInsertParams{TripID: id, IdempotencyKey: keyp, Fingerprint: fp, Request: body})
+	if errors.Is(err, pgx.ErrNoRows) { // a concurrent POST with the same key won
 		_ = tx.Rollback(ctx)
 		return s.create(ctx, key, req)
+	}
+	if err != nil {
+		return dbsqlc.Trip{}, err
 	}
 	ev, err := events.New(events.Source("trips"), events.TripRequested, id, events.TripRequestedData{TripID: id, Request: req})
 	if err != nil {
@@ -411,13 +426,6 @@ func (s *Service) create(ctx context.Context, key string, req events.TripRequest
 		return dbsqlc.Trip{}, err
 	}
 	committed()
-	row, err := queries.TripGet(ctx, s.cfg.Pool, id)
-	if err != nil {
-		// The trip is recorded: answer it as it was written rather than
-		// an error that would invite a second booking.
-		now := time.Now()
-		return dbsqlc.Trip{TripID: id, IdempotencyKey: keyp, Fingerprint: fp, Request: body, Status: StatusPending, CreatedAt: now, UpdatedAt: now}, nil
-	}
 	return row, nil
 }
 
@@ -432,25 +440,31 @@ func (s *Service) waitSettled(ctx context.Context, row dbsqlc.Trip, d time.Durat
 	defer deadline.Stop()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	ch := s.changed(row.TripID)
-	for first := true; ; first = false {
-		if !first {
-			ch = s.changed(row.TripID) // before reading, so no wake is missed
-			cur, err := queries.TripGet(ctx, s.cfg.Pool, row.TripID)
-			if err == nil {
-				row = cur
-				if IsFinal(row.Status) {
-					return row
-				}
-			}
-		}
+	w := s.changed(row.TripID)
+	for {
 		select {
 		case <-ctx.Done():
 			return row
 		case <-deadline.C:
 			return row
-		case <-ch:
+		case <-w.ch:
+			next := s.changed(row.TripID) // before reading, so no wake is missed
+			if w.row.Status != "" {
+				row = w.row // handed over by the projection: no read
+			} else if cur, err := queries.TripGet(ctx, s.cfg.Pool, row.TripID); err == nil {
+				row = cur
+			}
+			w = next
 		case <-tick.C:
+			// A wake can be missed (another process projected it, or a
+			// commit that returned an error): read it once a second.
+			w = s.changed(row.TripID)
+			if cur, err := queries.TripGet(ctx, s.cfg.Pool, row.TripID); err == nil {
+				row = cur
+			}
+		}
+		if IsFinal(row.Status) {
+			return row
 		}
 	}
 }

@@ -1,7 +1,9 @@
--- name: TripInsert :execrows
+-- name: TripInsert :one
+-- No row comes back when a trip with the same idempotency key exists.
 INSERT INTO trips (trip_id, idempotency_key, fingerprint, request, status)
 VALUES (@trip_id, @idempotency_key, @fingerprint, @request, 'pending')
-ON CONFLICT (idempotency_key) DO NOTHING;
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING *;
 
 -- name: TripGet :one
 SELECT * FROM trips WHERE trip_id = @trip_id;

@@ -76,10 +76,11 @@ func (q *Queries) TripGetForUpdate(ctx context.Context, db DBTX, tripID string) 
 	return i, err
 }
 
-const tripInsert = `-- name: TripInsert :execrows
+const tripInsert = `-- name: TripInsert :one
 INSERT INTO trips (trip_id, idempotency_key, fingerprint, request, status)
 VALUES ($1, $2, $3, $4, 'pending')
 ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at
 `
 
 type TripInsertParams struct {
@@ -89,17 +90,28 @@ type TripInsertParams struct {
 	Request        []byte
 }
 
-func (q *Queries) TripInsert(ctx context.Context, db DBTX, arg TripInsertParams) (int64, error) {
-	result, err := db.Exec(ctx, tripInsert,
+// No row comes back when a trip with the same idempotency key exists.
+func (q *Queries) TripInsert(ctx context.Context, db DBTX, arg TripInsertParams) (Trip, error) {
+	row := db.QueryRow(ctx, tripInsert,
 		arg.TripID,
 		arg.IdempotencyKey,
 		arg.Fingerprint,
 		arg.Request,
 	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	var i Trip
+	err := row.Scan(
+		&i.TripID,
+		&i.IdempotencyKey,
+		&i.Fingerprint,
+		&i.Request,
+		&i.Status,
+		&i.Reason,
+		&i.Seen,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.SettledAt,
+	)
+	return i, err
 }
 
 const tripList = `-- name: TripList :many
