@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
 	"github.com/tripsaga/tripsaga/internal/stack"
 )
@@ -112,9 +114,7 @@ func startUp(t *testing.T, bin, dir string) *upProc {
 	u.cmd = exec.Command(bin, "up", "--dir", dir, "--port", "0")
 	u.cmd.Env = withoutStackEnv()
 	u.cmd.Stdout, u.cmd.Stderr = &u.out, &u.err
-	if err := u.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, u.cmd.Start())
 	go func() {
 		_ = u.cmd.Wait()
 		u.code = u.cmd.ProcessState.ExitCode()
@@ -151,14 +151,10 @@ func (u *upProc) exited() bool {
 func postmasterPid(t *testing.T, dir string) int {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "pg", "data", "postmaster.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	line, _, _ := strings.Cut(string(b), "\n")
 	pid, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return pid
 }
 
@@ -179,9 +175,7 @@ func alive(pid int) bool {
 func modeOf(t *testing.T, p string) os.FileMode {
 	t.Helper()
 	fi, err := os.Stat(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return fi.Mode()
 }
 
@@ -198,9 +192,7 @@ func TestUp(t *testing.T) {
 	bin := buildTripsaga(t)
 	base := t.TempDir()
 	priv := filepath.Join(base, "priv")
-	if err := os.Mkdir(priv, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Mkdir(priv, 0o700))
 	dir := filepath.Join(priv, "x")
 	baseMode, privMode := modeOf(t, base), modeOf(t, priv)
 	stopPostmaster := func() {}
@@ -229,9 +221,7 @@ func TestUp(t *testing.T) {
 
 	t.Run("item 6: every URL as export lines, in up.env, found by envFromUpDir", func(t *testing.T) {
 		env, err := envFromUpDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for _, k := range []string{"NATS_URL", "DATABASE_URL", "HOTEL_URL", "PAYMENTS_URL", "CARS_URL", "MAIL_URL", "TRIPS_URL"} {
 			if env[k] == "" {
 				t.Errorf("envFromUpDir: no %s", k)
@@ -275,9 +265,7 @@ func TestUp(t *testing.T) {
 	})
 
 	t.Run("item 2: the postmaster killed with SIGKILL is restarted, and up says so", func(t *testing.T) {
-		if err := syscall.Kill(firstPid, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, syscall.Kill(firstPid, syscall.SIGKILL))
 		waitFor(t, func() bool { return strings.Contains(up.err.String(), "PostgreSQL restarted") }, "up says PostgreSQL restarted:\n%s", &up.err)
 		if !strings.Contains(up.err.String(), "PostgreSQL exited; restarting it") {
 			t.Fatalf("up did not say PostgreSQL exited:\n%s", up.err.String())
@@ -286,9 +274,7 @@ func TestUp(t *testing.T) {
 			t.Fatalf("postmaster pid %d (killed %d), alive %v", p, firstPid, alive(p))
 		}
 		env, err := envFromUpDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		waitFor(t, func() bool {
 			resp, err := http.Get(env["TRIPS_URL"] + "/readyz")
 			if err != nil {
@@ -301,9 +287,7 @@ func TestUp(t *testing.T) {
 
 	t.Run("item 3: up killed with SIGKILL leaves the postmaster; the next up adopts it and says so", func(t *testing.T) {
 		pid := postmasterPid(t, dir)
-		if err := up.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, up.cmd.Process.Signal(syscall.SIGKILL))
 		<-up.done
 		if !alive(pid) {
 			t.Fatal("the postmaster died with up")
@@ -318,9 +302,7 @@ func TestUp(t *testing.T) {
 		if p := postmasterPid(t, dir); p != pid {
 			t.Fatalf("postmaster pid %d, want the adopted %d", p, pid)
 		}
-		if err := next.cmd.Process.Signal(syscall.SIGINT); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, next.cmd.Process.Signal(syscall.SIGINT))
 		<-next.done
 		if next.code != 0 {
 			t.Fatalf("up after Ctrl-C: exit %d\n%s", next.code, next.err.String())
@@ -355,9 +337,7 @@ func TestUp(t *testing.T) {
 func TestUpNamesThePortInUse(t *testing.T) {
 	bin := buildTripsaga(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer l.Close()
 	port := l.Addr().(*net.TCPAddr).Port
 	_, stderr, code := run(t, bin, "up", "--dir", filepath.Join(t.TempDir(), "d"), "--port", strconv.Itoa(port))
@@ -382,9 +362,7 @@ func TestReplayListsProjections(t *testing.T) {
 	cmd = rootCmd()
 	cmd.SetOut(&out)
 	cmd.SetArgs([]string{"replay"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Execute())
 	if !strings.Contains(out.String(), "projections that can be replayed") || !strings.Contains(out.String(), "reconciler") {
 		t.Fatalf("replay alone printed:\n%s", out.String())
 	}
@@ -444,21 +422,15 @@ func TestHealth(t *testing.T) {
 func TestDemoSaysTheKillIsTheSituation(t *testing.T) {
 	bin := buildTripsaga(t)
 	dir, err := os.MkdirTemp("", "demo-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	var errw syncBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s, err := stack.Start(ctx, stack.Config{Dir: dir, Binary: bin, Logger: demoLogger(&errw)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer s.Stop()
-	if err := demoEnv(s, &errw).Kill(ctx, "payment"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, demoEnv(s, &errw).Kill(ctx, "payment"))
 	got := errw.String()
 	note := strings.Index(got, "killing payment")
 	warn := strings.Index(got, "process exited; restarting")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
 )
 
 // traversableTemp returns a new folder the postgres OS user can enter (run
@@ -19,13 +20,9 @@ import (
 func traversableTemp(t *testing.T) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "pgcluster-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o711); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Chmod(dir, 0o711))
 	return dir
 }
 
@@ -92,9 +89,7 @@ func TestRestartAfterKill(t *testing.T) {
 	if !c.Alive() {
 		t.Fatal("a started cluster is not alive")
 	}
-	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, syscall.Kill(old, syscall.SIGKILL))
 	waitFor(t, func() bool { return !c.Alive() }, "the killed postmaster is seen dead")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -121,9 +116,7 @@ func TestAdoptsARunningServer(t *testing.T) {
 	if !second.Adopted || second.Pid() != first.Pid() || second.Port != first.Port {
 		t.Fatalf("second Start: adopted %v pid %d port %d; first pid %d port %d", second.Adopted, second.Pid(), second.Port, first.Pid(), first.Port)
 	}
-	if err := syscall.Kill(first.Pid(), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, syscall.Kill(first.Pid(), syscall.SIGKILL))
 	waitFor(t, func() bool { return !first.Alive() }, "the killed postmaster is seen dead")
 	var third *Cluster
 	waitFor(t, func() bool {
@@ -148,9 +141,7 @@ func modes(t *testing.T, paths ...string) map[string]os.FileMode {
 	m := map[string]os.FileMode{}
 	for _, p := range paths {
 		fi, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		m[p] = fi.Mode()
 	}
 	return m
@@ -177,9 +168,7 @@ func TestRootNeverChmodsParents(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			priv := filepath.Join(tc.base, "priv")
-			if err := os.Mkdir(priv, 0o700); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.Mkdir(priv, 0o700))
 			dir := filepath.Join(priv, "x", "pg")
 			before := modes(t, tc.base, priv, filepath.Dir(tc.base))
 
@@ -196,9 +185,7 @@ func TestRootNeverChmodsParents(t *testing.T) {
 				t.Fatalf("%s/data links to %q (%v), want %s", dir, target, err, c.DataDir)
 			}
 			execSQL(t, c.URL, "CREATE TABLE kept (x int)")
-			if err := c.Stop(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, c.Stop())
 
 			again := start(t, Config{Dir: dir})
 			if again.DataDir != c.DataDir {
@@ -210,17 +197,13 @@ func TestRootNeverChmodsParents(t *testing.T) {
 			if after := modes(t, tc.base, priv, filepath.Dir(tc.base)); !equalModes(before, after) {
 				t.Fatalf("modes changed: before %v, after %v", before, after)
 			}
-			if err := again.Stop(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, again.Stop())
 			if tc.base == outside {
 				return
 			}
 			// The temporary Dir goes; the next temporary cluster sweeps
 			// its folder away.
-			if err := os.RemoveAll(filepath.Dir(dir)); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.RemoveAll(filepath.Dir(dir)))
 			other := start(t, Config{Dir: filepath.Join(priv, "y", "pg")})
 			t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(other.DataDir)) })
 			if _, err := os.Stat(home); !errors.Is(err, os.ErrNotExist) {
@@ -239,15 +222,9 @@ func TestRootRefusesAnUnreachableCluster(t *testing.T) {
 	base := t.TempDir()
 	priv := filepath.Join(base, "priv")
 	dir := filepath.Join(priv, "pg")
-	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(priv, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "data", "PG_VERSION"), []byte("15\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "data"), 0o700))
+	require.NoError(t, os.Chmod(priv, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "data", "PG_VERSION"), []byte("15\n"), 0o600))
 	before := modes(t, base, priv)
 	_, err := Start(context.Background(), Config{Dir: dir})
 	if !errors.Is(err, ErrUnreachable) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
 )
 
 var binary string //nolint:gochecknoglobals // built once in TestMain
@@ -69,13 +70,9 @@ func (s *syncBuffer) String() string {
 func tempDir(t *testing.T) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "stack-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o711); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Chmod(dir, 0o711))
 	return dir
 }
 
@@ -147,9 +144,7 @@ func bookConfirmed(t *testing.T, s *Stack) {
 func allReady(t *testing.T, s *Stack) {
 	t.Helper()
 	for _, name := range Processes {
-		if err := s.WaitReady(context.Background(), name); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, s.WaitReady(context.Background(), name))
 	}
 }
 
@@ -184,9 +179,7 @@ func TestStackSupervisesItsFolderAndDependencies(t *testing.T) {
 
 	t.Run("the env file names every URL", func(t *testing.T) {
 		env, err := ReadEnvFile(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for k, v := range s.Env() {
 			if env[k] != v {
 				t.Errorf("%s: file has %q, stack has %q", k, env[k], v)
@@ -201,9 +194,7 @@ func TestStackSupervisesItsFolderAndDependencies(t *testing.T) {
 
 	t.Run("PostgreSQL killed with SIGKILL is restarted", func(t *testing.T) {
 		old := s.pg.Pid()
-		if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, syscall.Kill(old, syscall.SIGKILL))
 		waitFor(t, func() bool { return strings.Contains(log.String(), "PostgreSQL restarted") }, "the supervisor says PostgreSQL restarted")
 		if !strings.Contains(log.String(), "PostgreSQL exited; restarting it") {
 			t.Fatalf("the supervisor did not say PostgreSQL exited:\n%s", log.String())
@@ -222,14 +213,10 @@ func TestStackSupervisesItsFolderAndDependencies(t *testing.T) {
 		ns.Shutdown()
 		waitFor(t, func() bool { return strings.Contains(log.String(), "embedded NATS restarted") }, "the supervisor says NATS restarted")
 		nc, err := nats.Connect(s.NATSURL)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer nc.Close()
 		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if _, err := js.Stream(context.Background(), "TRIPS"); err != nil {
 			t.Fatalf("TRIPS stream after the restart: %v", err)
 		}
@@ -250,9 +237,7 @@ func TestStackSupervisesItsFolderAndDependencies(t *testing.T) {
 // Start with a PortInUseError naming it, and leaves the folder free.
 func TestPortInUse(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer l.Close()
 	taken := l.Addr().(*net.TCPAddr).Port
 	dir := tempDir(t)
@@ -280,9 +265,7 @@ func TestLockIsExclusiveAndDiesWithItsHolder(t *testing.T) {
 		t.Fatalf("Running on a fresh folder: %v, %v", running, err)
 	}
 	f, err := lockDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if _, err := lockDir(dir); !errors.Is(err, ErrDirInUse) {
 		t.Fatalf("second lock: %v", err)
 	}
@@ -305,13 +288,9 @@ func TestEnvFileRoundTrip(t *testing.T) {
 	for _, k := range EnvNames(want) {
 		b.WriteString(ExportLine(k, want[k]) + "\n")
 	}
-	if err := os.WriteFile(filepath.Join(dir, EnvFile), []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, EnvFile), []byte(b.String()), 0o644))
 	got, err := ReadEnvFile(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s: got %q, want %q", k, got[k], v)
