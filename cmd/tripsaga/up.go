@@ -70,7 +70,11 @@ linked from D/pg/data.`,
 func printStack(cmd *cobra.Command, s *stack.Stack, dir string) {
 	w := cmd.OutOrStdout()
 	fmt.Fprintf(w, "NATS (JetStream)  %s\n", s.NATSURL)
-	fmt.Fprintf(w, "PostgreSQL        %s\n", s.DatabaseURL)
+	if os.Getenv("DATABASE_URL") != "" {
+		fmt.Fprintf(w, "PostgreSQL        %s (DATABASE_URL from the environment: no private cluster)\n", s.DatabaseURL)
+	} else {
+		fmt.Fprintf(w, "PostgreSQL        %s\n", s.DatabaseURL)
+	}
 	if s.PostgresAdopted {
 		fmt.Fprintf(w, "                  adopted: this PostgreSQL server was already running on %s, left by an earlier up that was killed\n                  without stopping it; this up uses it and stops it on Ctrl-C\n",
 			filepath.Join(dir, "pg", "data"))

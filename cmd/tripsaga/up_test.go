@@ -289,6 +289,8 @@ func TestUp(t *testing.T) {
 		pid := postmasterPid(t, dir)
 		require.NoError(t, up.cmd.Process.Signal(syscall.SIGKILL))
 		<-up.done
+		_, err := envFromUpDir(dir)
+		require.ErrorIs(t, err, errNoUp, "the up.env of a killed up is not taken for a running one")
 		if !alive(pid) {
 			t.Fatal("the postmaster died with up")
 		}
