@@ -518,25 +518,36 @@ func (in *Inbox) park(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgM
 }
 
 // HandlerBatch makes a [BatchFunc] of h: in the batch's one transaction,
-// each delivery gets its inbox row and, unless the inbox had it already,
-// h's effect, in trip order (CloudEvents subject) so that concurrent
-// batches lock rows in the same order. h must be correct when run for
-// several events in one transaction, as it is when they come one by one.
+// one statement writes every delivery's inbox row, and h runs for each
+// event the inbox did not have yet, in trip order (CloudEvents subject) so
+// that concurrent batches lock rows in the same order. h must be correct
+// when run for several events in one transaction, as it is when they come
+// one by one.
 func HandlerBatch(h HandlerFunc) BatchFunc {
 	return func(ctx context.Context, tx pgx.Tx, consumer string, ds []Delivery) error {
 		ds = slices.Clone(ds)
 		slices.SortStableFunc(ds, func(a, b Delivery) int { return strings.Compare(a.Event.Subject(), b.Event.Subject()) })
+		p := dbsqlc.InboxInsertManyIfAbsentParams{Consumer: consumer, Stream: ds[0].Stream}
 		for _, d := range ds {
-			n, err := queries.InboxInsertIfAbsent(ctx, tx, dbsqlc.InboxInsertIfAbsentParams{
-				Consumer: consumer, Source: d.Event.Source(), EventID: d.Event.ID(), CeType: d.Event.Type(),
-				Stream: d.Stream, StreamSeq: int64(d.Seq),
-			})
-			if err != nil {
-				return fmt.Errorf("inbox insert: %w", err)
+			p.Sources = append(p.Sources, d.Event.Source())
+			p.EventIds = append(p.EventIds, d.Event.ID())
+			p.CeTypes = append(p.CeTypes, d.Event.Type())
+			p.Seqs = append(p.Seqs, int64(d.Seq))
+		}
+		fresh, err := queries.InboxInsertManyIfAbsent(ctx, tx, p)
+		if err != nil {
+			return fmt.Errorf("inbox insert: %w", err)
+		}
+		todo := make(map[[2]string]bool, len(fresh))
+		for _, f := range fresh {
+			todo[[2]string{f.Source, f.EventID}] = true
+		}
+		for _, d := range ds {
+			k := [2]string{d.Event.Source(), d.Event.ID()}
+			if !todo[k] {
+				continue // the inbox had it, or it came twice in this batch
 			}
-			if n == 0 {
-				continue
-			}
+			delete(todo, k)
 			if err := h(ctx, tx, d.Event); err != nil {
 				return fmt.Errorf("event %s: %w", d.Event.ID(), err)
 			}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/testenv"
-	"github.com/tripsaga/tripsaga/outbox/internal/dbsqlc"
 )
 
 func TestInboxBatch(t *testing.T) {
@@ -35,20 +34,8 @@ func TestInboxBatch(t *testing.T) {
 	var batches, batched atomic.Int64
 	batch := func(ctx context.Context, tx pgx.Tx, consumer string, ds []Delivery) error {
 		batches.Add(1)
-		for _, d := range ds {
-			n, err := queries.InboxInsertIfAbsent(ctx, tx, dbsqlc.InboxInsertIfAbsentParams{
-				Consumer: consumer, Source: d.Event.Source(), EventID: d.Event.ID(), CeType: d.Event.Type(),
-				Stream: d.Stream, StreamSeq: int64(d.Seq),
-			})
-			if err != nil {
-				return err
-			}
-			if n == 0 {
-				continue
-			}
-			if err := effect(ctx, tx, d.Event); err != nil {
-				return err
-			}
+		if err := HandlerBatch(effect)(ctx, tx, consumer, ds); err != nil {
+			return err
 		}
 		batched.Add(int64(len(ds)))
 		return nil

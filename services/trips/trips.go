@@ -182,31 +182,33 @@ func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	if err := events.DecodeData(e, &d); err != nil {
 		return err
 	}
-	row, err := queries.TripGetForUpdate(ctx, tx, e.Subject())
+	kind := events.Kind(e.Type())
+	var reason *string
+	if r := FailureReason(kind); r != "" {
+		if d.Reason != "" && kind != "hotel.rejected" && kind != "car.rejected" {
+			r = d.Reason
+		}
+		reason = &r
+	}
+	// One statement records the kind (and the first failure's reason) and
+	// returns the row; the status is written only when it changes.
+	row, err := queries.TripSeeEvent(ctx, tx, dbsqlc.TripSeeEventParams{TripID: e.Subject(), Kind: kind, Reason: reason})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: no trip %q", outbox.ErrPermanent, e.Subject())
 	}
 	if err != nil {
 		return err
 	}
-	kind := events.Kind(e.Type())
-	if !slices.Contains(row.Seen, kind) {
-		row.Seen = append(row.Seen, kind)
-	}
-	if row.Reason == nil {
-		if r := FailureReason(kind); r != "" {
-			if d.Reason != "" && kind != "hotel.rejected" && kind != "car.rejected" {
-				r = d.Reason
-			}
-			row.Reason = &r
-		}
-	}
 	was := row.Status
-	if !IsFinal(was) {
-		row.Status = Project(row.Seen)
+	if IsFinal(was) {
+		return nil
+	}
+	row.Status = Project(row.Seen)
+	if row.Status == was {
+		return nil
 	}
 	var evs []event.Event
-	if !IsFinal(was) && IsFinal(row.Status) {
+	if IsFinal(row.Status) {
 		now := time.Now()
 		row.SettledAt = &now
 		var req events.TripRequest
@@ -225,16 +227,14 @@ func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
 		}
 		evs = append(evs, ev)
 	}
-	if err := queries.TripUpdateProjection(ctx, tx, dbsqlc.TripUpdateProjectionParams{
-		TripID: row.TripID, Status: row.Status, Reason: row.Reason, Seen: row.Seen, SettledAt: row.SettledAt,
+	if err := queries.TripSetStatus(ctx, tx, dbsqlc.TripSetStatusParams{
+		TripID: row.TripID, Status: row.Status, SettledAt: row.SettledAt,
 	}); err != nil {
 		return err
 	}
-	if row.Status != was {
-		row.UpdatedAt = time.Now()
-		// Without a commit hook the waiters' once-a-second read finds it.
-		outbox.AfterCommit(ctx, func() { s.projected(row) })
-	}
+	row.UpdatedAt = time.Now()
+	// Without a commit hook the waiters' once-a-second read finds it.
+	outbox.AfterCommit(ctx, func() { s.projected(row) })
 	return outbox.Write(ctx, tx, evs...)
 }
 

@@ -40,6 +40,60 @@ func (q *Queries) InboxInsertIfAbsent(ctx context.Context, db DBTX, arg InboxIns
 	return result.RowsAffected(), nil
 }
 
+const inboxInsertManyIfAbsent = `-- name: InboxInsertManyIfAbsent :many
+INSERT INTO inbox (consumer, source, event_id, ce_type, stream, stream_seq)
+SELECT $1, u.source, u.event_id, u.ce_type, $2, u.seq
+FROM (SELECT unnest($3::text[]) AS source,
+             unnest($4::text[]) AS event_id,
+             unnest($5::text[]) AS ce_type,
+             unnest($6::bigint[]) AS seq) AS u
+ON CONFLICT DO NOTHING
+RETURNING source, event_id
+`
+
+type InboxInsertManyIfAbsentParams struct {
+	Consumer string
+	Stream   string
+	Sources  []string
+	EventIds []string
+	CeTypes  []string
+	Seqs     []int64
+}
+
+type InboxInsertManyIfAbsentRow struct {
+	Source  string
+	EventID string
+}
+
+// The inbox rows of a batch of deliveries of one stream in one statement;
+// returns the events that were not there yet (the others are duplicates).
+func (q *Queries) InboxInsertManyIfAbsent(ctx context.Context, db DBTX, arg InboxInsertManyIfAbsentParams) ([]InboxInsertManyIfAbsentRow, error) {
+	rows, err := db.Query(ctx, inboxInsertManyIfAbsent,
+		arg.Consumer,
+		arg.Stream,
+		arg.Sources,
+		arg.EventIds,
+		arg.CeTypes,
+		arg.Seqs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []InboxInsertManyIfAbsentRow
+	for rows.Next() {
+		var i InboxInsertManyIfAbsentRow
+		if err := rows.Scan(&i.Source, &i.EventID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxClaimBatch = `-- name: OutboxClaimBatch :many
 SELECT id, event_id, nats_subject, headers, data, attempts
 FROM outbox

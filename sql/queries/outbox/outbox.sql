@@ -104,3 +104,15 @@ SELECT current_schema()::text;
 INSERT INTO inbox (consumer, source, event_id, ce_type, stream, stream_seq)
 VALUES (@consumer, @source, @event_id, @ce_type, @stream, @stream_seq)
 ON CONFLICT DO NOTHING;
+
+-- name: InboxInsertManyIfAbsent :many
+-- The inbox rows of a batch of deliveries of one stream in one statement;
+-- returns the events that were not there yet (the others are duplicates).
+INSERT INTO inbox (consumer, source, event_id, ce_type, stream, stream_seq)
+SELECT @consumer, u.source, u.event_id, u.ce_type, @stream, u.seq
+FROM (SELECT unnest(@sources::text[]) AS source,
+             unnest(@event_ids::text[]) AS event_id,
+             unnest(@ce_types::text[]) AS ce_type,
+             unnest(@seqs::bigint[]) AS seq) AS u
+ON CONFLICT DO NOTHING
+RETURNING source, event_id;

@@ -11,12 +11,20 @@ SELECT * FROM trips WHERE trip_id = @trip_id;
 -- name: TripGetByIdempotencyKey :one
 SELECT * FROM trips WHERE idempotency_key = @idempotency_key;
 
--- name: TripGetForUpdate :one
-SELECT * FROM trips WHERE trip_id = @trip_id FOR UPDATE;
-
--- name: TripUpdateProjection :exec
+-- name: TripSeeEvent :one
+-- Adds an event kind to a trip's set of kinds seen, and its failure reason
+-- when the trip has none yet, and returns the row (locked until the
+-- transaction ends); the caller derives the status and sets it with
+-- TripSetStatus only when it changes.
 UPDATE trips
-SET status = @status, reason = @reason, seen = @seen, settled_at = @settled_at, updated_at = now()
+SET seen = CASE WHEN @kind::text = ANY(seen) THEN seen ELSE seen || @kind::text END,
+    reason = coalesce(reason, sqlc.narg(reason)::text),
+    updated_at = now()
+WHERE trip_id = @trip_id
+RETURNING *;
+
+-- name: TripSetStatus :exec
+UPDATE trips SET status = @status, settled_at = @settled_at, updated_at = now()
 WHERE trip_id = @trip_id;
 
 -- name: TripList :many

@@ -54,28 +54,6 @@ func (q *Queries) TripGetByIdempotencyKey(ctx context.Context, db DBTX, idempote
 	return i, err
 }
 
-const tripGetForUpdate = `-- name: TripGetForUpdate :one
-SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at FROM trips WHERE trip_id = $1 FOR UPDATE
-`
-
-func (q *Queries) TripGetForUpdate(ctx context.Context, db DBTX, tripID string) (Trip, error) {
-	row := db.QueryRow(ctx, tripGetForUpdate, tripID)
-	var i Trip
-	err := row.Scan(
-		&i.TripID,
-		&i.IdempotencyKey,
-		&i.Fingerprint,
-		&i.Request,
-		&i.Status,
-		&i.Reason,
-		&i.Seen,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.SettledAt,
-	)
-	return i, err
-}
-
 const tripInsert = `-- name: TripInsert :one
 INSERT INTO trips (trip_id, idempotency_key, fingerprint, request, status)
 VALUES ($1, $2, $3, $4, 'pending')
@@ -160,27 +138,55 @@ func (q *Queries) TripList(ctx context.Context, db DBTX, arg TripListParams) ([]
 	return items, nil
 }
 
-const tripUpdateProjection = `-- name: TripUpdateProjection :exec
+const tripSeeEvent = `-- name: TripSeeEvent :one
 UPDATE trips
-SET status = $1, reason = $2, seen = $3, settled_at = $4, updated_at = now()
-WHERE trip_id = $5
+SET seen = CASE WHEN $1::text = ANY(seen) THEN seen ELSE seen || $1::text END,
+    reason = coalesce(reason, $2::text),
+    updated_at = now()
+WHERE trip_id = $3
+RETURNING trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at
 `
 
-type TripUpdateProjectionParams struct {
+type TripSeeEventParams struct {
+	Kind   string
+	Reason *string
+	TripID string
+}
+
+// Adds an event kind to a trip's set of kinds seen, and its failure reason
+// when the trip has none yet, and returns the row (locked until the
+// transaction ends); the caller derives the status and sets it with
+// TripSetStatus only when it changes.
+func (q *Queries) TripSeeEvent(ctx context.Context, db DBTX, arg TripSeeEventParams) (Trip, error) {
+	row := db.QueryRow(ctx, tripSeeEvent, arg.Kind, arg.Reason, arg.TripID)
+	var i Trip
+	err := row.Scan(
+		&i.TripID,
+		&i.IdempotencyKey,
+		&i.Fingerprint,
+		&i.Request,
+		&i.Status,
+		&i.Reason,
+		&i.Seen,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.SettledAt,
+	)
+	return i, err
+}
+
+const tripSetStatus = `-- name: TripSetStatus :exec
+UPDATE trips SET status = $1, settled_at = $2, updated_at = now()
+WHERE trip_id = $3
+`
+
+type TripSetStatusParams struct {
 	Status    string
-	Reason    *string
-	Seen      []string
 	SettledAt *time.Time
 	TripID    string
 }
 
-func (q *Queries) TripUpdateProjection(ctx context.Context, db DBTX, arg TripUpdateProjectionParams) error {
-	_, err := db.Exec(ctx, tripUpdateProjection,
-		arg.Status,
-		arg.Reason,
-		arg.Seen,
-		arg.SettledAt,
-		arg.TripID,
-	)
+func (q *Queries) TripSetStatus(ctx context.Context, db DBTX, arg TripSetStatusParams) error {
+	_, err := db.Exec(ctx, tripSetStatus, arg.Status, arg.SettledAt, arg.TripID)
 	return err
 }
