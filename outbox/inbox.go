@@ -114,6 +114,10 @@ type InboxConfig struct {
 	BatchApply BatchFunc
 	// BatchSize caps a BatchApply batch. Defaults to 256.
 	BatchSize int
+	// BatchLock, when set, is held while a batch is applied: inboxes that
+	// share it (one per stream of one projection) apply one batch at a time
+	// instead of waiting on each other's row locks in PostgreSQL.
+	BatchLock sync.Locker
 	// BackoffMax caps the redelivery delay after a handler error
 	// (200 ms doubling). Defaults to 15 s.
 	BackoffMax time.Duration
@@ -423,6 +427,10 @@ func (in *Inbox) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 }
 
 func (in *Inbox) applyBatch(ctx context.Context, ds []Delivery) (err error) {
+	if in.cfg.BatchLock != nil {
+		in.cfg.BatchLock.Lock()
+		defer in.cfg.BatchLock.Unlock()
+	}
 	tx, err := in.cfg.Pool.Begin(ctx)
 	if err != nil {
 		return err

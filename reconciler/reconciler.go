@@ -135,10 +135,11 @@ func New(cfg Config) (*Reconciler, error) {
 		return nil, fmt.Errorf("reconciler: inbox metrics: %w", err)
 	}
 	types := projectionTypes()
+	batchLock := &sync.Mutex{}
 	for stream, filters := range events.Default.Streams(types) {
 		in, err := outbox.NewInbox(outbox.InboxConfig{
 			Name: ProjectionName, Stream: stream, FilterSubjects: filters, Types: types,
-			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: handle, BatchApply: handleBatch,
+			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: handle, BatchApply: handleBatch, BatchLock: batchLock,
 			Concurrency: 1, Logger: cfg.Logger, Metrics: inboxMetrics,
 		})
 		if err != nil {

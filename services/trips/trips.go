@@ -133,18 +133,6 @@ func New(cfg Config) (*Service, error) {
 		}
 		s.inboxes = append(s.inboxes, in)
 	}
-	mailStep, _ := events.Default.Step("mail")
-	for stream, filters := range events.Default.Streams(mailStep.Trigger) {
-		in, err := outbox.NewInbox(outbox.InboxConfig{
-			Name: "trips-mail", Stream: stream, FilterSubjects: filters, Types: mailStep.Trigger,
-			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: s.requestMail, BatchApply: outbox.HandlerBatch(s.requestMail),
-			Relay: s.relay, Logger: cfg.Logger, Metrics: metrics,
-		})
-		if err != nil {
-			return nil, err
-		}
-		s.inboxes = append(s.inboxes, in)
-	}
 	return s, nil
 }
 
@@ -226,6 +214,12 @@ func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
 			return err
 		}
 		evs = append(evs, ev)
+		// The mail step (the catalogue's trigger: this event) is recorded
+		// in the transaction that publishes its trigger, so it needs no
+		// consumer of our own stream and no transaction of its own.
+		if err := s.requestMail(ctx, tx, ev); err != nil {
+			return err
+		}
 	}
 	if err := queries.TripSetStatus(ctx, tx, dbsqlc.TripSetStatusParams{
 		TripID: row.TripID, Status: row.Status, SettledAt: row.SettledAt,
@@ -290,7 +284,8 @@ func oneLine(s string) string {
 	return b.String()
 }
 
-// requestMail records the email of a settled trip (forward-only step).
+// requestMail records the email of a settled trip (forward-only step) in
+// tx, the transaction that publishes e (trip.confirmed or trip.canceled).
 func (s *Service) requestMail(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	var d events.TripSettledData
 	if err := events.DecodeData(e, &d); err != nil {
