@@ -384,7 +384,9 @@ func (r *Runner) claim(ctx context.Context, max int, ignoreLease bool) ([]func(c
 	}
 	now := time.Now()
 	// A job makes up to two calls (the call, then a status by key).
-	lease := now.Add(2*r.t.CallTimeout + time.Second)
+	// PostgreSQL keeps microseconds: a lease written as it will be read
+	// back lets StepUpdateIfUnchanged recognise the row.
+	lease := now.Add(2*r.t.CallTimeout + time.Second).Truncate(time.Microsecond)
 	var jobs []func(context.Context)
 	for _, row := range rows {
 		switch Status(row.Status) {
@@ -653,6 +655,11 @@ func (r *Runner) verify(ctx context.Context, claimed dbsqlc.Step) {
 // inTx locks the row, lets f change it and name events, writes both, and
 // commits.
 func (r *Runner) inTx(ctx context.Context, claimed dbsqlc.Step, f func(tx pgx.Tx, row *dbsqlc.Step) ([]event.Event, error)) error {
+	// Most often the row is still as claimed: write the answer without
+	// reading it first, and read it only if it changed meanwhile.
+	if done, err := r.inTxAsClaimed(ctx, claimed, f); done || err != nil {
+		return err
+	}
 	tx, err := r.cfg.Pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -678,6 +685,45 @@ func (r *Runner) inTx(ctx context.Context, claimed dbsqlc.Step, f func(tx pgx.Tx
 	}
 	committed()
 	return nil
+}
+
+// inTxAsClaimed is inTx on the row as claimed, written only if it is
+// still so (StepUpdateIfUnchanged); it reports false, having changed
+// nothing, when the row changed meanwhile.
+func (r *Runner) inTxAsClaimed(ctx context.Context, claimed dbsqlc.Step, f func(tx pgx.Tx, row *dbsqlc.Step) ([]event.Event, error)) (bool, error) {
+	tx, err := r.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	ctx, committed := outbox.WithAfterCommit(ctx, r.cfg.Relay)
+	row := claimed
+	evs, err := f(tx, &row)
+	if err != nil {
+		return false, err
+	}
+	n, err := queries.StepUpdateIfUnchanged(ctx, tx, dbsqlc.StepUpdateIfUnchangedParams{
+		TripID: row.TripID, Step: row.Step, Status: row.Status, UndoCause: row.UndoCause,
+		CompanyRef: row.CompanyRef, Outcome: row.Outcome, Reason: row.Reason,
+		Attempts: row.Attempts, UndoAttempts: row.UndoAttempts, NextAttemptAt: row.NextAttemptAt,
+		VerifyAt: row.VerifyAt, LastError: row.LastError, StartedAt: row.StartedAt,
+		FinishedAt: row.FinishedAt, UndoneAt: row.UndoneAt,
+		WasStatus: claimed.Status, WasAttempts: claimed.Attempts, WasUndoAttempts: claimed.UndoAttempts, WasVerifyAt: claimed.VerifyAt,
+	})
+	if err != nil {
+		return false, fmt.Errorf("saga: update %s of %s: %w", row.Step, row.TripID, err)
+	}
+	if n == 0 {
+		return false, nil
+	}
+	if err := outbox.Write(ctx, tx, evs...); err != nil {
+		return false, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, err
+	}
+	committed()
+	return true, nil
 }
 
 func (r *Runner) event(typ string, row *dbsqlc.Step, carryTrip bool) ([]event.Event, error) {
