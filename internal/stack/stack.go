@@ -251,6 +251,10 @@ func startNATS(opts server.Options) (*server.Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("stack: embedded NATS did not start on 127.0.0.1:%d", opts.Port)
 	}
+	if !ns.JetStreamEnabled() {
+		ns.Shutdown()
+		return nil, fmt.Errorf("stack: embedded NATS started without JetStream (store %s)", opts.StoreDir)
+	}
 	return ns, nil
 }
 
