@@ -22,6 +22,7 @@ import (
 
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
 	"github.com/tripsaga/tripsaga/internal/stack"
+	"github.com/tripsaga/tripsaga/internal/testenv"
 )
 
 // syncBuffer collects a child's output while the test reads it.
@@ -40,17 +41,6 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-// waitFor polls cond until it holds; the bound only stops a hung test.
-func waitFor(t *testing.T, cond func() bool, format string, args ...any) {
-	t.Helper()
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("never: "+format, args...)
 }
 
 // buildTripsaga builds this command into a temp folder (the go build
@@ -128,7 +118,7 @@ func startUp(t *testing.T, bin, dir string) *upProc {
 			_ = u.cmd.Process.Kill()
 		}
 	})
-	waitFor(t, func() bool {
+	testenv.Eventually(t, func() bool {
 		select {
 		case <-u.done:
 			t.Fatalf("up exited (%d):\n%s\n%s", u.code, u.out.String(), u.err.String())
@@ -266,7 +256,7 @@ func TestUp(t *testing.T) {
 
 	t.Run("item 2: the postmaster killed with SIGKILL is restarted, and up says so", func(t *testing.T) {
 		require.NoError(t, syscall.Kill(firstPid, syscall.SIGKILL))
-		waitFor(t, func() bool { return strings.Contains(up.err.String(), "PostgreSQL restarted") }, "up says PostgreSQL restarted:\n%s", &up.err)
+		testenv.Eventually(t, func() bool { return strings.Contains(up.err.String(), "PostgreSQL restarted") }, "up says PostgreSQL restarted:\n%s", &up.err)
 		if !strings.Contains(up.err.String(), "PostgreSQL exited; restarting it") {
 			t.Fatalf("up did not say PostgreSQL exited:\n%s", up.err.String())
 		}
@@ -275,7 +265,7 @@ func TestUp(t *testing.T) {
 		}
 		env, err := envFromUpDir(dir)
 		require.NoError(t, err)
-		waitFor(t, func() bool {
+		testenv.Eventually(t, func() bool {
 			resp, err := http.Get(env["TRIPS_URL"] + "/readyz")
 			if err != nil {
 				return false
@@ -309,7 +299,7 @@ func TestUp(t *testing.T) {
 		if next.code != 0 {
 			t.Fatalf("up after Ctrl-C: exit %d\n%s", next.code, next.err.String())
 		}
-		waitFor(t, func() bool { return !alive(pid) }, "Ctrl-C stops the adopted postmaster")
+		testenv.Eventually(t, func() bool { return !alive(pid) }, "Ctrl-C stops the adopted postmaster")
 		if _, running, _ := stack.Running(dir); running {
 			t.Fatal("the folder is still locked after up stopped")
 		}

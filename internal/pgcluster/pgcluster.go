@@ -250,8 +250,11 @@ func processAlive(pid int) bool {
 }
 
 // readPid reads the postmaster's pid from line 1 of postmaster.pid.
-func (c *Cluster) readPid() (int, error) {
-	b, err := os.ReadFile(filepath.Join(c.DataDir, "postmaster.pid"))
+func (c *Cluster) readPid() (int, error) { return postmasterPid(c.DataDir) }
+
+// postmasterPid reads the pid on line 1 of data/postmaster.pid.
+func postmasterPid(data string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
 	if err != nil {
 		return 0, fmt.Errorf("pgcluster: %w", err)
 	}
@@ -427,11 +430,8 @@ func sweepTempHomes(base string, uid int) {
 		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		if pid, err := os.ReadFile(filepath.Join(home, "data", "postmaster.pid")); err == nil {
-			line, _, _ := strings.Cut(string(pid), "\n")
-			if p, err := strconv.Atoi(strings.TrimSpace(line)); err == nil && processAlive(p) {
-				continue
-			}
+		if pid, err := postmasterPid(filepath.Join(home, "data")); err == nil && processAlive(pid) {
+			continue
 		}
 		_ = os.RemoveAll(home)
 	}

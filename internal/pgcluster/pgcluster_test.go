@@ -1,4 +1,4 @@
-package pgcluster
+package pgcluster_test
 
 import (
 	"context"
@@ -12,6 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/internal/pgcluster"
+	"github.com/tripsaga/tripsaga/internal/testenv"
 )
 
 // traversableTemp returns a new folder the postgres OS user can enter (run
@@ -26,11 +29,11 @@ func traversableTemp(t *testing.T) string {
 	return dir
 }
 
-func start(t *testing.T, cfg Config) *Cluster {
+func start(t *testing.T, cfg pgcluster.Config) *pgcluster.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := Start(ctx, cfg)
+	c, err := pgcluster.Start(ctx, cfg)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -68,33 +71,22 @@ func execSQL(t *testing.T, url, sql string) {
 	}
 }
 
-// waitFor polls cond until it holds; the bound only stops a hung test.
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("never: %s", what)
-}
-
 // TestRestartAfterKill: a postmaster killed with SIGKILL is seen dead (even
 // while it is an unreaped zombie) and Restart brings the same cluster back
 // on the same port, data intact.
 func TestRestartAfterKill(t *testing.T) {
-	c := start(t, Config{Dir: filepath.Join(traversableTemp(t), "pg"), Durable: true})
+	c := start(t, pgcluster.Config{Dir: filepath.Join(traversableTemp(t), "pg"), Durable: true})
 	execSQL(t, c.URL, "CREATE TABLE kept (x int)")
 	old := c.Pid()
 	if !c.Alive() {
 		t.Fatal("a started cluster is not alive")
 	}
 	require.NoError(t, syscall.Kill(old, syscall.SIGKILL))
-	waitFor(t, func() bool { return !c.Alive() }, "the killed postmaster is seen dead")
+	testenv.Eventually(t, func() bool { return !c.Alive() }, "the killed postmaster is seen dead")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var err error
-	waitFor(t, func() bool { err = c.Restart(ctx); return err == nil }, "Restart succeeds")
+	testenv.Eventually(t, func() bool { err = c.Restart(ctx); return err == nil }, "Restart succeeds")
 	if !c.Alive() || c.Pid() == old {
 		t.Fatalf("after Restart: alive %v, pid %d (was %d)", c.Alive(), c.Pid(), old)
 	}
@@ -108,21 +100,21 @@ func TestRestartAfterKill(t *testing.T) {
 // postmaster was killed starts a new one instead of adopting the dead pid.
 func TestAdoptsARunningServer(t *testing.T) {
 	dir := filepath.Join(traversableTemp(t), "pg")
-	first := start(t, Config{Dir: dir})
+	first := start(t, pgcluster.Config{Dir: dir})
 	if first.Adopted {
 		t.Fatal("a fresh cluster says it was adopted")
 	}
-	second := start(t, Config{Dir: dir})
+	second := start(t, pgcluster.Config{Dir: dir})
 	if !second.Adopted || second.Pid() != first.Pid() || second.Port != first.Port {
 		t.Fatalf("second Start: adopted %v pid %d port %d; first pid %d port %d", second.Adopted, second.Pid(), second.Port, first.Pid(), first.Port)
 	}
 	require.NoError(t, syscall.Kill(first.Pid(), syscall.SIGKILL))
-	waitFor(t, func() bool { return !first.Alive() }, "the killed postmaster is seen dead")
-	var third *Cluster
-	waitFor(t, func() bool {
+	testenv.Eventually(t, func() bool { return !first.Alive() }, "the killed postmaster is seen dead")
+	var third *pgcluster.Cluster
+	testenv.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		c, err := Start(ctx, Config{Dir: dir})
+		c, err := pgcluster.Start(ctx, pgcluster.Config{Dir: dir})
 		if err != nil {
 			return false // the dead server's backends may still be exiting
 		}
@@ -163,8 +155,8 @@ func TestRootNeverChmodsParents(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(outside) })
 	for _, tc := range []struct{ name, base, wantHome string }{
-		{"outside the temp folder", outside, RootHome + "/"},
-		{"inside the temp folder", t.TempDir(), filepath.Join(os.TempDir(), TempHomePrefix)},
+		{"outside the temp folder", outside, pgcluster.RootHome + "/"},
+		{"inside the temp folder", t.TempDir(), filepath.Join(os.TempDir(), pgcluster.TempHomePrefix)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			priv := filepath.Join(tc.base, "priv")
@@ -172,7 +164,7 @@ func TestRootNeverChmodsParents(t *testing.T) {
 			dir := filepath.Join(priv, "x", "pg")
 			before := modes(t, tc.base, priv, filepath.Dir(tc.base))
 
-			c := start(t, Config{Dir: dir})
+			c := start(t, pgcluster.Config{Dir: dir})
 			home := filepath.Dir(c.DataDir)
 			t.Cleanup(func() { _ = os.RemoveAll(home) })
 			if after := modes(t, tc.base, priv, filepath.Dir(tc.base)); !equalModes(before, after) {
@@ -187,7 +179,7 @@ func TestRootNeverChmodsParents(t *testing.T) {
 			execSQL(t, c.URL, "CREATE TABLE kept (x int)")
 			require.NoError(t, c.Stop())
 
-			again := start(t, Config{Dir: dir})
+			again := start(t, pgcluster.Config{Dir: dir})
 			if again.DataDir != c.DataDir {
 				t.Fatalf("second Start used %s, first %s", again.DataDir, c.DataDir)
 			}
@@ -204,7 +196,7 @@ func TestRootNeverChmodsParents(t *testing.T) {
 			// The temporary Dir goes; the next temporary cluster sweeps
 			// its folder away.
 			require.NoError(t, os.RemoveAll(filepath.Dir(dir)))
-			other := start(t, Config{Dir: filepath.Join(priv, "y", "pg")})
+			other := start(t, pgcluster.Config{Dir: filepath.Join(priv, "y", "pg")})
 			t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(other.DataDir)) })
 			if _, err := os.Stat(home); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("the folder of a removed temporary Dir is still there: %v", err)
@@ -226,8 +218,8 @@ func TestRootRefusesAnUnreachableCluster(t *testing.T) {
 	require.NoError(t, os.Chmod(priv, 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "data", "PG_VERSION"), []byte("15\n"), 0o600))
 	before := modes(t, base, priv)
-	_, err := Start(context.Background(), Config{Dir: dir})
-	if !errors.Is(err, ErrUnreachable) {
+	_, err := pgcluster.Start(context.Background(), pgcluster.Config{Dir: dir})
+	if !errors.Is(err, pgcluster.ErrUnreachable) {
 		t.Fatalf("Start: %v, want ErrUnreachable", err)
 	}
 	if !strings.Contains(err.Error(), "chmod o+x") {

@@ -22,6 +22,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/internal/testenv"
 )
 
 var binary string //nolint:gochecknoglobals // built once in TestMain
@@ -76,17 +78,6 @@ func tempDir(t *testing.T) string {
 	return dir
 }
 
-// waitFor polls cond until it holds; the bound only stops a hung test.
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("never: %s", what)
-}
-
 func startStack(t *testing.T, dir string, log io.Writer) *Stack {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -109,7 +100,7 @@ func bookConfirmed(t *testing.T, s *Stack) {
 	body := fmt.Sprintf(`{"traveler":{"name":"Ada Example","email":"ada@example.com"},"hotel":{"property_id":"P-100","check_in":%q,"nights":2},"car":{"car_class":"compact","pickup":%q,"return":%q},"payment":{"card_token":"tok_visa_ok","amount_cents":33000,"currency":"USD"}}`,
 		day.Format(time.DateOnly), day.Format(time.DateOnly), day.AddDate(0, 0, 2).Format(time.DateOnly))
 	var id string
-	waitFor(t, func() bool {
+	testenv.Eventually(t, func() bool {
 		req, _ := http.NewRequest(http.MethodPost, s.URL("trips")+"/trips", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Prefer", "wait=0")
@@ -127,7 +118,7 @@ func bookConfirmed(t *testing.T, s *Stack) {
 		id = tr.TripID
 		return id != ""
 	}, "POST /trips accepted")
-	waitFor(t, func() bool {
+	testenv.Eventually(t, func() bool {
 		resp, err := http.Get(s.URL("trips") + "/trips/" + id)
 		if err != nil {
 			return false
@@ -195,7 +186,7 @@ func TestStackSupervisesItsFolderAndDependencies(t *testing.T) {
 	t.Run("PostgreSQL killed with SIGKILL is restarted", func(t *testing.T) {
 		old := s.pg.Pid()
 		require.NoError(t, syscall.Kill(old, syscall.SIGKILL))
-		waitFor(t, func() bool { return strings.Contains(log.String(), "PostgreSQL restarted") }, "the supervisor says PostgreSQL restarted")
+		testenv.Eventually(t, func() bool { return strings.Contains(log.String(), "PostgreSQL restarted") }, "the supervisor says PostgreSQL restarted")
 		if !strings.Contains(log.String(), "PostgreSQL exited; restarting it") {
 			t.Fatalf("the supervisor did not say PostgreSQL exited:\n%s", log.String())
 		}
@@ -211,7 +202,7 @@ func TestStackSupervisesItsFolderAndDependencies(t *testing.T) {
 		ns := s.nats
 		s.mu.Unlock()
 		ns.Shutdown()
-		waitFor(t, func() bool { return strings.Contains(log.String(), "embedded NATS restarted") }, "the supervisor says NATS restarted")
+		testenv.Eventually(t, func() bool { return strings.Contains(log.String(), "embedded NATS restarted") }, "the supervisor says NATS restarted")
 		nc, err := nats.Connect(s.NATSURL)
 		require.NoError(t, err)
 		defer nc.Close()
