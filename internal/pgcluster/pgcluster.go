@@ -115,7 +115,9 @@ func FindBinaries() (string, error) {
 // Run as root, Start never changes the modes of Dir's parents: when the
 // postgres OS user can reach Dir, the cluster lives there (Dir is handed
 // to postgres); otherwise it lives in a new folder made for postgres under
-// [RootHome], linked from Dir/data and Dir/postgres.log.
+// [RootHome] (or in the temp folder, for a Dir inside it), linked from
+// Dir/data and Dir/postgres.log. If postgres cannot reach a cluster made
+// in place earlier, Start fails with an error wrapping [ErrUnreachable].
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	bin, err := FindBinaries()
 	if err != nil {
