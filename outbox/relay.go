@@ -164,6 +164,10 @@ type relayMetrics struct {
 	failures *prometheus.CounterVec
 }
 
+// relayMarkGather is how long acked local events gather before one
+// statement marks them.
+const relayMarkGather = 20 * time.Millisecond
+
 // relayBackoffMin is a failed row's first backoff; it doubles per failure
 // up to RelayConfig.BackoffMax.
 const relayBackoffMin = 100 * time.Millisecond
@@ -564,6 +568,12 @@ func (r *Relay) markLocal(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-r.marked:
+		}
+		// Let acks gather: under load one statement marks many rows.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(relayMarkGather):
 		}
 		r.markMu.Lock()
 		ids := r.toMark

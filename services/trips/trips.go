@@ -383,16 +383,6 @@ func (s *Service) create(ctx context.Context, key string, req events.TripRequest
 	var keyp *string
 	if key != "" {
 		keyp = &key
-		row, err := queries.TripGetByIdempotencyKey(ctx, s.cfg.Pool, keyp)
-		if err == nil {
-			if row.Fingerprint != fp {
-				return row, errKeyReused
-			}
-			return row, nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return row, err
-		}
 	}
 	id := "T-" + ulid.Make().String()
 	body, _ := json.Marshal(req)
@@ -402,10 +392,19 @@ func (s *Service) create(ctx context.Context, key string, req events.TripRequest
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	ctx, committed := outbox.WithAfterCommit(ctx, s.relay)
+	// The insert comes first and the key's unique index decides: a new key
+	// costs no read, and of two POSTs racing with one key one inserts.
 	row, err := queries.TripInsert(ctx, tx, dbsqlc.TripInsertParams{TripID: id, IdempotencyKey: keyp, Fingerprint: fp, Request: body})
-	if errors.Is(err, pgx.ErrNoRows) { // a concurrent POST with the same key won
+	if errors.Is(err, pgx.ErrNoRows) { // the key has its trip already
 		_ = tx.Rollback(ctx)
-		return s.create(ctx, key, req)
+		row, err := queries.TripGetByIdempotencyKey(ctx, s.cfg.Pool, keyp)
+		if err != nil {
+			return row, err
+		}
+		if row.Fingerprint != fp {
+			return row, errKeyReused
+		}
+		return row, nil
 	}
 	if err != nil {
 		return dbsqlc.Trip{}, err
