@@ -48,7 +48,7 @@ linked from D/pg/data.`,
 			})
 			var inUse *stack.PortInUseError
 			if errors.As(err, &inUse) {
-				return fmt.Errorf("%w\n(another tripsaga up may be running.) Choose other ports with --port N: NATS listens on N and the processes on N+1 to N+%d, e.g. --port %d; --port 0 takes any free ports",
+				return fmt.Errorf("%w\nanother tripsaga up may be running: choose other ports with --port N (NATS listens on N, the processes on N+1 to N+%d), e.g. --port %d, or --port 0 for any free ports",
 					err, len(stack.Processes), inUse.Port-inUse.Port%100+100)
 			}
 			if err != nil {
