@@ -30,7 +30,9 @@ type bundle struct {
 	srv  interface{ Shutdown() }
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t *testing.T) *bundle { return setupB(t) }
+
+func setupB(t testing.TB) *bundle {
 	t.Helper()
 	pool, _ := testenv.SchemaPool(t, "svc", tripsql.SetSaga)
 	srv, nc, js := testenv.JetStream(t)

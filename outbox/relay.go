@@ -24,7 +24,7 @@ import (
 
 // Relay defaults.
 const (
-	RelayBatchSizeDefault    = 200
+	RelayBatchSizeDefault    = 1000
 	RelayPollIntervalDefault = time.Second
 	RelayMaxAttemptsDefault  = 50
 	RelayBackoffMaxDefault   = 20 * time.Second
@@ -43,7 +43,7 @@ type RelayConfig struct {
 	// JetStream publishes. Required.
 	JetStream jetstream.JetStream
 	// BatchSize is how many rows one transaction claims and publishes
-	// asynchronously. Defaults to 200.
+	// asynchronously. Defaults to 1000.
 	BatchSize int
 	// PollInterval is how often the relay looks for rows when no NOTIFY
 	// woke it (a NOTIFY can be lost on reconnect). Defaults to 1 s.

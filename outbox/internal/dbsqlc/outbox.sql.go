@@ -98,7 +98,7 @@ const outboxClaimBatch = `-- name: OutboxClaimBatch :many
 SELECT id, event_id, nats_subject, headers, data, attempts
 FROM outbox
 WHERE published_at IS NULL AND quarantined_at IS NULL AND next_attempt_at <= now()
-ORDER BY id
+ORDER BY next_attempt_at, id
 LIMIT $1
 FOR UPDATE SKIP LOCKED
 `
@@ -115,6 +115,9 @@ type OutboxClaimBatchRow struct {
 // Rows are claimed by status, not by an id watermark, so a row whose
 // transaction commits late is never skipped; SKIP LOCKED lets several
 // relays run at once.
+// Ordered as the partial index outbox_unpublished is, so a batch reads
+// LIMIT rows off the index instead of sorting every due row (a backlog of
+// 100,000 rows was sorted for each batch of 200).
 func (q *Queries) OutboxClaimBatch(ctx context.Context, db DBTX, max int32) ([]OutboxClaimBatchRow, error) {
 	rows, err := db.Query(ctx, outboxClaimBatch, max)
 	if err != nil {
@@ -220,7 +223,7 @@ FROM outbox
 WHERE published_at IS NULL
   AND (quarantined_at IS NOT NULL
        OR ($1::bool AND last_cause IS NOT NULL))
-ORDER BY id
+ORDER BY next_attempt_at, id
 LIMIT $2
 `
 

@@ -18,8 +18,11 @@ SELECT pg_notify('outbox_' || current_schema(), '');
 -- relays run at once.
 SELECT id, event_id, nats_subject, headers, data, attempts
 FROM outbox
+-- Ordered as the partial index outbox_unpublished is, so a batch reads
+-- LIMIT rows off the index instead of sorting every due row (a backlog of
+-- 100,000 rows was sorted for each batch of 200).
 WHERE published_at IS NULL AND quarantined_at IS NULL AND next_attempt_at <= now()
-ORDER BY id
+ORDER BY next_attempt_at, id
 LIMIT @max
 FOR UPDATE SKIP LOCKED;
 
@@ -75,7 +78,7 @@ FROM outbox
 WHERE published_at IS NULL
   AND (quarantined_at IS NOT NULL
        OR (@include_waiting::bool AND last_cause IS NOT NULL))
-ORDER BY id
+ORDER BY next_attempt_at, id
 LIMIT @max;
 
 -- name: OutboxRedrive :many
