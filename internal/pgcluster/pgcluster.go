@@ -53,7 +53,7 @@ type Config struct {
 //
 // A Config.Dir inside [os.TempDir] is temporary: its cluster's folder is
 // made in os.TempDir() instead, named [TempHomePrefix]*, and removed by a
-// later Start once its link is gone and its server stopped.
+// later Start as root once its link is gone and its server stopped.
 const RootHome = "/var/lib/tripsaga/postgres"
 
 // TempHomePrefix starts the name of a cluster folder made in os.TempDir()
@@ -346,6 +346,7 @@ func chownAll(dir string, uid, gid int) error {
 // else in a new folder under [RootHome] linked from Dir. It never changes
 // the mode of a folder above Dir.
 func (c *Cluster) placeForPostgres(ctx context.Context, uid, gid int) error {
+	sweepTempHomes(os.TempDir(), uid)
 	link := filepath.Join(c.cfg.Dir, "data")
 	if fi, err := os.Lstat(link); err == nil && fi.Mode()&os.ModeSymlink != 0 {
 		target, err := os.Readlink(link)
@@ -377,7 +378,6 @@ func (c *Cluster) placeForPostgres(ctx context.Context, uid, gid int) error {
 	base, prefix := RootHome, homeName(c.cfg.Dir)+"-"
 	if tmp := os.TempDir(); strings.HasPrefix(c.cfg.Dir, filepath.Clean(tmp)+string(filepath.Separator)) {
 		base, prefix = tmp, TempHomePrefix
-		sweepTempHomes(base, uid)
 	} else if err := os.MkdirAll(RootHome, 0o755); err != nil {
 		return fmt.Errorf("pgcluster: a folder for the postgres user: %w", err)
 	}
