@@ -34,8 +34,8 @@ If up itself is killed (SIGKILL), its services stop with it but the
 PostgreSQL server keeps running; the next up in the folder adopts it, says
 so, and stops it on Ctrl-C. Run as root, the PostgreSQL binaries run as the
 postgres OS user; up never changes the modes of the folders above D: when
-postgres cannot reach D/pg, the cluster lives in /var/lib/tripsaga/postgres,
-linked from D/pg/data.`,
+postgres cannot reach D/pg, the cluster lives in /var/lib/tripsaga/postgres
+(for a D in the temp folder, in the temp folder), linked from D/pg/data.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			abs, err := filepath.Abs(dir)
 			if err != nil {
