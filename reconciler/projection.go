@@ -116,9 +116,9 @@ func handleBatch(ctx context.Context, tx pgx.Tx, _ string, ds []outbox.Delivery)
 		if err := applicable(d.Event); err != nil {
 			return err // handled alone, it is parked
 		}
-		items = append(items, replayItem{e: d.Event, seq: d.Seq})
+		items = append(items, replayItem{e: d.Event, stream: d.Stream, seq: d.Seq})
 	}
-	_, _, err := applyItems(ctx, tx, ds[0].Stream, items)
+	_, _, err := applyItems(ctx, tx, items)
 	return err
 }
 

@@ -676,7 +676,7 @@ func BenchmarkReplay(b *testing.B) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	types := []string{events.TripRequested, events.HotelHeld, events.PaymentCharged, events.CarBooked, events.TripConfirmed}
 	var all []event.Event
-	for i := range 400 {
+	for i := range 4000 {
 		for _, typ := range types {
 			all = append(all, ev(b, typ, fmt.Sprintf("T-%d", i)))
 		}
@@ -691,8 +691,8 @@ func BenchmarkReplay(b *testing.B) {
 	for b.Loop() {
 		stats, err := Replay(context.Background(), ReplayConfig{Pool: bb.pool, JetStream: bb.js})
 		require.NoError(b, err)
-		require.Equal(b, 2000, stats.Events)
-		require.EqualValues(b, 400, stats.Trips)
+		require.Equal(b, 20000, stats.Events)
+		require.EqualValues(b, 4000, stats.Trips)
 		events += float64(stats.Events)
 		secs += stats.Duration.Seconds()
 	}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -16,13 +18,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
 )
 
 // Replay defaults.
 const (
-	ReplayBatchSizeDefault = 500
+	ReplayBatchSizeDefault = 1000
 	ReplayIdleWaitDefault  = 5 * time.Second
 )
 
@@ -148,9 +152,60 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayStats, error) {
 		streams = append(streams, s)
 	}
 	slices.Sort(streams)
-	for _, name := range streams {
-		if err := replayStream(ctx, cfg, name, wanted, &stats); err != nil {
-			return stats, err
+	// The streams are read at once, each by its own ordered consumer, into
+	// one applier: a batch mixes the streams, so a trip's events, which lie
+	// near each other in every stream, mostly merge into one row write.
+	per := make([]ReplayStats, len(streams))
+	items := make(chan replayItem, 2*cfg.BatchSize)
+	g, gctx := errgroup.WithContext(ctx)
+	var readers sync.WaitGroup
+	for i, name := range streams {
+		per[i].PerStream = map[string]int{}
+		readers.Add(1)
+		g.Go(func() error {
+			defer readers.Done()
+			return replayStream(gctx, cfg, name, wanted, &per[i], items)
+		})
+	}
+	go func() { readers.Wait(); close(items) }()
+	// Appliers take turns on the channel; PostgreSQL works for several at
+	// once (batches lock rows in trip id order and a lost deadlock is
+	// retried).
+	var mu sync.Mutex
+	for range replayAppliers {
+		g.Go(func() error {
+			batch := make([]replayItem, 0, cfg.BatchSize)
+			flush := func() error {
+				if len(batch) == 0 {
+					return nil
+				}
+				applied, dup, err := applyBatch(gctx, cfg.Pool, batch)
+				mu.Lock()
+				stats.Applied += applied
+				stats.Duplicates += dup
+				mu.Unlock()
+				batch = batch[:0]
+				return err
+			}
+			for it := range items {
+				batch = append(batch, it)
+				if len(batch) >= cfg.BatchSize {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
+			}
+			return flush()
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return stats, err
+	}
+	for _, p := range per {
+		stats.Events += p.Events
+		stats.Skipped += p.Skipped
+		for k, v := range p.PerStream {
+			stats.PerStream[k] += v
 		}
 	}
 	if stats.Trips, err = queries.TripViewCount(ctx, cfg.Pool); err != nil {
@@ -183,13 +238,17 @@ func clearProjection(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
+// replayAppliers is how many batches a replay applies at once.
+const replayAppliers = 4
+
 // replayItem is one decoded event with its place in its stream.
 type replayItem struct {
-	e   event.Event
-	seq uint64
+	e      event.Event
+	stream string
+	seq    uint64
 }
 
-func replayStream(ctx context.Context, cfg ReplayConfig, name string, wanted map[string]bool, stats *ReplayStats) error {
+func replayStream(ctx context.Context, cfg ReplayConfig, name string, wanted map[string]bool, stats *ReplayStats, out chan<- replayItem) error {
 	stream, err := cfg.JetStream.Stream(ctx, name)
 	if err != nil {
 		return fmt.Errorf("replay: stream %s: %w", name, err)
@@ -215,20 +274,6 @@ func replayStream(ctx context.Context, cfg ReplayConfig, name string, wanted map
 	}
 	defer it.Stop()
 
-	var batch []replayItem
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		applied, dup, err := applyBatch(ctx, cfg.Pool, name, batch)
-		if err != nil {
-			return err
-		}
-		stats.Applied += applied
-		stats.Duplicates += dup
-		batch = batch[:0]
-		return nil
-	}
 	var pos uint64
 	for pos < last {
 		msg, err := it.Next(jetstream.NextMaxWait(cfg.IdleWait))
@@ -266,26 +311,25 @@ func replayStream(ctx context.Context, cfg ReplayConfig, name string, wanted map
 			stats.Skipped++
 			cfg.Logger.Debug("reconciler: replay skipped a message", "stream", name, "stream_seq", pos, "subject", msg.Subject(), "err", err)
 		} else {
-			batch = append(batch, replayItem{e: e, seq: pos})
-		}
-		if len(batch) >= cfg.BatchSize {
-			if err := flush(); err != nil {
-				return err
+			select {
+			case out <- replayItem{e: e, stream: name, seq: pos}:
+			case <-ctx.Done():
+				return ctx.Err()
 			}
 		}
 		if md.NumPending == 0 {
 			break // nothing after it in the stream right now
 		}
 	}
-	return flush()
+	return nil
 }
 
 // applyBatch applies items in one transaction through the inbox, retrying
 // the whole batch when PostgreSQL aborts it for a deadlock or a
 // serialization failure (the live projection may hold the same rows).
-func applyBatch(ctx context.Context, pool *pgxpool.Pool, stream string, items []replayItem) (applied, dup int, err error) {
+func applyBatch(ctx context.Context, pool *pgxpool.Pool, items []replayItem) (applied, dup int, err error) {
 	for attempt := 1; ; attempt++ {
-		applied, dup, err = applyBatchOnce(ctx, pool, stream, items)
+		applied, dup, err = applyBatchOnce(ctx, pool, items)
 		var pgErr *pgconn.PgError
 		if err == nil || attempt >= 5 || !errors.As(err, &pgErr) || (pgErr.Code != "40P01" && pgErr.Code != "40001") {
 			return applied, dup, err
@@ -293,13 +337,13 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, stream string, items []
 	}
 }
 
-func applyBatchOnce(ctx context.Context, pool *pgxpool.Pool, stream string, items []replayItem) (applied, dup int, err error) {
+func applyBatchOnce(ctx context.Context, pool *pgxpool.Pool, items []replayItem) (applied, dup int, err error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return 0, 0, fmt.Errorf("replay: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	applied, dup, err = applyItems(ctx, tx, stream, items)
+	applied, dup, err = applyItems(ctx, tx, items)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -309,68 +353,109 @@ func applyBatchOnce(ctx context.Context, pool *pgxpool.Pool, stream string, item
 	return applied, dup, nil
 }
 
-// applyItems applies items of one stream to trip_view inside tx, each
-// behind its inbox row (consumer "reconciler"), the whole batch in one round
-// trip, in trip id order so that concurrent batches lock rows in the same
-// order. It returns how many were applied and how many the inbox already
-// had.
-func applyItems(ctx context.Context, tx pgx.Tx, stream string, items []replayItem) (applied, dup int, err error) {
-	items = slices.Clone(items)
-	slices.SortStableFunc(items, func(a, b replayItem) int { return strings.Compare(a.e.Subject(), b.e.Subject()) })
-	// The whole batch goes to the server in one round trip: per event, the
-	// inbox row and the same trip_view upsert as [apply].
-	params := make([]dbsqlc.TripViewReplayApplyParams, len(items))
-	for i, it := range items {
-		kind := events.Kind(it.e.Type())
-		status, settled := Status([]string{kind})
+// applyItems applies items to trip_view inside tx, each behind its inbox
+// row (consumer "reconciler"), in two set-based statements whatever their
+// number: the inbox rows of all, then one merge per trip of the new ones,
+// in trip id order so that concurrent batches lock rows in the same order;
+// a third sets the statuses that the merges changed. It returns how many
+// were applied and how many the inbox already had.
+func applyItems(ctx context.Context, tx pgx.Tx, items []replayItem) (applied, dup int, err error) {
+	in := dbsqlc.ProjectionInboxInsertManyParams{Consumer: ProjectionName}
+	for _, it := range items {
+		in.Sources = append(in.Sources, it.e.Source())
+		in.EventIds = append(in.EventIds, it.e.ID())
+		in.CeTypes = append(in.CeTypes, it.e.Type())
+		in.Streams = append(in.Streams, it.stream)
+		in.Seqs = append(in.Seqs, int64(it.seq))
+	}
+	fresh, err := queries.ProjectionInboxInsertMany(ctx, tx, in)
+	if err != nil {
+		return 0, 0, fmt.Errorf("projection: inbox: %w", err)
+	}
+	isFresh := make(map[[2]string]bool, len(fresh))
+	for _, f := range fresh {
+		isFresh[[2]string{f.Source, f.EventID}] = true
+	}
+	// One merge per trip, of the kinds its new events bring.
+	type group struct {
+		kinds       []string
+		n           int32
+		first, last time.Time
+	}
+	groups := map[string]*group{}
+	for _, it := range items {
+		k := [2]string{it.e.Source(), it.e.ID()}
+		if !isFresh[k] {
+			dup++
+			continue
+		}
+		delete(isFresh, k) // an event twice in one batch counts once
+		applied++
 		at := it.e.Time().UTC()
 		if it.e.Time().IsZero() {
+			// CloudEvents time is optional; our producers always set it.
 			at = time.Now().UTC()
 		}
-		params[i] = dbsqlc.TripViewReplayApplyParams{
-			TripID: it.e.Subject(), Kind: kind, NewStatus: status, NewSettled: nonEmpty(settled), At: at,
-			Consumer: ProjectionName, Source: it.e.Source(), EventID: it.e.ID(), CeType: it.e.Type(),
-			Stream: stream, StreamSeq: int64(it.seq),
+		trip := it.e.Subject()
+		g := groups[trip]
+		if g == nil {
+			g = &group{first: at, last: at}
+			groups[trip] = g
 		}
-	}
-	// As in apply, the status follows from the merged seen; within the
-	// batch only each trip's last merge matters, and the stored status is
-	// still the one from before the batch (or the insert).
-	type merged struct {
-		seen            []string
-		status, settled string
-	}
-	last := map[string]merged{}
-	var qerr error
-	queries.TripViewReplayApply(ctx, tx, params).QueryRow(func(i int, row dbsqlc.TripViewReplayApplyRow, err error) {
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			dup++ // the inbox had it
-		case err != nil:
-			if qerr == nil {
-				qerr = fmt.Errorf("replay: %s seq %d: %w", stream, items[i].seq, err)
-			}
-		default:
-			applied++
-			last[row.TripID] = merged{row.Seen, row.Status, deref(row.Settled)}
+		if kind := events.Kind(it.e.Type()); !slices.Contains(g.kinds, kind) {
+			g.kinds = append(g.kinds, kind)
 		}
-	})
-	if qerr != nil {
-		return 0, 0, qerr
+		g.n++
+		g.first, g.last = minTime(g.first, at), maxTime(g.last, at)
 	}
+	if len(groups) == 0 {
+		return applied, dup, nil
+	}
+	var p dbsqlc.TripViewApplyManyParams
+	for _, trip := range slices.Sorted(maps.Keys(groups)) {
+		g := groups[trip]
+		slices.Sort(g.kinds)
+		status, settled := Status(g.kinds)
+		p.TripIds = append(p.TripIds, trip)
+		p.Kinds = append(p.Kinds, strings.Join(g.kinds, ","))
+		p.Statuses = append(p.Statuses, status)
+		p.Settled = append(p.Settled, settled)
+		p.Counts = append(p.Counts, g.n)
+		p.FirstAts = append(p.FirstAts, g.first)
+		p.LastAts = append(p.LastAts, g.last)
+	}
+	rows, err := queries.TripViewApplyMany(ctx, tx, p)
+	if err != nil {
+		return 0, 0, fmt.Errorf("projection: trip_view: %w", err)
+	}
+	// As in apply, the status follows from the merged seen.
 	var upd dbsqlc.TripViewSetStatusManyParams
-	for trip, m := range last {
-		status, settled := Status(m.seen)
-		if status != m.status || settled != m.settled {
-			upd.TripIds = append(upd.TripIds, trip)
+	for _, row := range rows {
+		status, settled := Status(row.Seen)
+		if status != row.Status || settled != deref(row.Settled) {
+			upd.TripIds = append(upd.TripIds, row.TripID)
 			upd.Statuses = append(upd.Statuses, status)
 			upd.Settled = append(upd.Settled, settled)
 		}
 	}
 	if len(upd.TripIds) > 0 {
 		if err := queries.TripViewSetStatusMany(ctx, tx, upd); err != nil {
-			return 0, 0, fmt.Errorf("replay: status: %w", err)
+			return 0, 0, fmt.Errorf("projection: status: %w", err)
 		}
 	}
 	return applied, dup, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

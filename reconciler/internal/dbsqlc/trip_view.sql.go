@@ -22,6 +22,61 @@ func (q *Queries) InboxDeleteByConsumer(ctx context.Context, db DBTX, consumer s
 	return result.RowsAffected(), nil
 }
 
+const projectionInboxInsertMany = `-- name: ProjectionInboxInsertMany :many
+INSERT INTO inbox (consumer, source, event_id, ce_type, stream, stream_seq)
+SELECT $1, u.source, u.event_id, u.ce_type, u.stream, u.seq
+FROM (SELECT unnest($2::text[]) AS source,
+             unnest($3::text[]) AS event_id,
+             unnest($4::text[]) AS ce_type,
+             unnest($5::text[]) AS stream,
+             unnest($6::bigint[]) AS seq) AS u
+ON CONFLICT DO NOTHING
+RETURNING source, event_id
+`
+
+type ProjectionInboxInsertManyParams struct {
+	Consumer string
+	Sources  []string
+	EventIds []string
+	CeTypes  []string
+	Streams  []string
+	Seqs     []int64
+}
+
+type ProjectionInboxInsertManyRow struct {
+	Source  string
+	EventID string
+}
+
+// The inbox rows of a batch of events (of any streams) in one statement;
+// returns the ids of the events the inbox did not have yet.
+func (q *Queries) ProjectionInboxInsertMany(ctx context.Context, db DBTX, arg ProjectionInboxInsertManyParams) ([]ProjectionInboxInsertManyRow, error) {
+	rows, err := db.Query(ctx, projectionInboxInsertMany,
+		arg.Consumer,
+		arg.Sources,
+		arg.EventIds,
+		arg.CeTypes,
+		arg.Streams,
+		arg.Seqs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ProjectionInboxInsertManyRow
+	for rows.Next() {
+		var i ProjectionInboxInsertManyRow
+		if err := rows.Scan(&i.Source, &i.EventID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const projectionLockExclusive = `-- name: ProjectionLockExclusive :exec
 SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/reconciler/projection'))
 `
@@ -116,6 +171,85 @@ func (q *Queries) TripViewApply(ctx context.Context, db DBTX, arg TripViewApplyP
 	var i TripViewApplyRow
 	err := row.Scan(&i.Seen, &i.Status, &i.Settled)
 	return i, err
+}
+
+const tripViewApplyMany = `-- name: TripViewApplyMany :many
+INSERT INTO trip_view AS v (trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at)
+SELECT u.trip_id, string_to_array(u.kinds, ','), u.status, NULLIF(u.settled, ''),
+       'trip.requested' = ANY(string_to_array(u.kinds, ',')), 'mail.sent' = ANY(string_to_array(u.kinds, ',')),
+       u.n, u.first_at, u.last_at
+FROM (SELECT unnest($1::text[]) AS trip_id,
+             unnest($2::text[]) AS kinds,
+             unnest($3::text[]) AS status,
+             unnest($4::text[]) AS settled,
+             unnest($5::int[]) AS n,
+             unnest($6::timestamptz[]) AS first_at,
+             unnest($7::timestamptz[]) AS last_at) AS u
+ORDER BY u.trip_id
+ON CONFLICT (trip_id) DO UPDATE
+SET seen = ARRAY(SELECT DISTINCT k FROM unnest(v.seen || EXCLUDED.seen) AS k ORDER BY k),
+    requested = v.requested OR EXCLUDED.requested,
+    mailed = v.mailed OR EXCLUDED.mailed,
+    events = v.events + EXCLUDED.events,
+    first_event_at = LEAST(v.first_event_at, EXCLUDED.first_event_at),
+    last_event_at = GREATEST(v.last_event_at, EXCLUDED.last_event_at),
+    updated_at = now()
+RETURNING trip_id, seen, status, settled
+`
+
+type TripViewApplyManyParams struct {
+	TripIds  []string
+	Kinds    []string
+	Statuses []string
+	Settled  []string
+	Counts   []int32
+	FirstAts []time.Time
+	LastAts  []time.Time
+}
+
+type TripViewApplyManyRow struct {
+	TripID  string
+	Seen    []string
+	Status  string
+	Settled *string
+}
+
+// Merges a batch's new events into trip_view, one row per trip (the
+// caller groups them: kinds is the trip's kinds joined by ',', status and
+// settled what they make for a new trip, settled "" for NULL), in one
+// statement, in trip id order; returns each trip's merged row for the
+// status check.
+func (q *Queries) TripViewApplyMany(ctx context.Context, db DBTX, arg TripViewApplyManyParams) ([]TripViewApplyManyRow, error) {
+	rows, err := db.Query(ctx, tripViewApplyMany,
+		arg.TripIds,
+		arg.Kinds,
+		arg.Statuses,
+		arg.Settled,
+		arg.Counts,
+		arg.FirstAts,
+		arg.LastAts,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TripViewApplyManyRow
+	for rows.Next() {
+		var i TripViewApplyManyRow
+		if err := rows.Scan(
+			&i.TripID,
+			&i.Seen,
+			&i.Status,
+			&i.Settled,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const tripViewCount = `-- name: TripViewCount :one

@@ -64,30 +64,6 @@ SELECT pg_try_advisory_xact_lock_shared(hashtext(current_schema() || '/reconcile
 -- name: InboxDeleteByConsumer :execrows
 DELETE FROM inbox WHERE consumer = @consumer;
 
--- name: TripViewReplayApply :batchone
--- A replay's TripViewApply behind the inbox, in one statement so that a
--- whole batch of events goes to the server in one round trip: no row comes
--- back when the inbox already had the event.
-WITH fresh AS (
-    INSERT INTO inbox (consumer, source, event_id, ce_type, stream, stream_seq)
-    VALUES (@consumer, @source, @event_id, @ce_type, @stream, @stream_seq)
-    ON CONFLICT DO NOTHING
-    RETURNING event_id
-)
-INSERT INTO trip_view AS v (trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at)
-SELECT @trip_id, ARRAY[@kind::text], @new_status, sqlc.narg(new_settled)::text,
-       @kind::text = 'trip.requested', @kind::text = 'mail.sent', 1, @at, @at
-FROM fresh
-ON CONFLICT (trip_id) DO UPDATE
-SET seen = ARRAY(SELECT DISTINCT k FROM unnest(v.seen || EXCLUDED.seen) AS k ORDER BY k),
-    requested = v.requested OR EXCLUDED.requested,
-    mailed = v.mailed OR EXCLUDED.mailed,
-    events = v.events + 1,
-    first_event_at = LEAST(v.first_event_at, EXCLUDED.first_event_at),
-    last_event_at = GREATEST(v.last_event_at, EXCLUDED.last_event_at),
-    updated_at = now()
-RETURNING trip_id, seen, status, settled;
-
 -- name: TripViewSetStatusMany :exec
 -- settled "" stands for NULL.
 UPDATE trip_view AS v
@@ -95,3 +71,44 @@ SET status = u.status, settled = NULLIF(u.settled, ''), updated_at = now()
 FROM (SELECT unnest(@trip_ids::text[]) AS trip_id, unnest(@statuses::text[]) AS status,
              unnest(@settled::text[]) AS settled) AS u
 WHERE v.trip_id = u.trip_id;
+
+-- name: ProjectionInboxInsertMany :many
+-- The inbox rows of a batch of events (of any streams) in one statement;
+-- returns the ids of the events the inbox did not have yet.
+INSERT INTO inbox (consumer, source, event_id, ce_type, stream, stream_seq)
+SELECT @consumer, u.source, u.event_id, u.ce_type, u.stream, u.seq
+FROM (SELECT unnest(@sources::text[]) AS source,
+             unnest(@event_ids::text[]) AS event_id,
+             unnest(@ce_types::text[]) AS ce_type,
+             unnest(@streams::text[]) AS stream,
+             unnest(@seqs::bigint[]) AS seq) AS u
+ON CONFLICT DO NOTHING
+RETURNING source, event_id;
+
+-- name: TripViewApplyMany :many
+-- Merges a batch's new events into trip_view, one row per trip (the
+-- caller groups them: kinds is the trip's kinds joined by ',', status and
+-- settled what they make for a new trip, settled "" for NULL), in one
+-- statement, in trip id order; returns each trip's merged row for the
+-- status check.
+INSERT INTO trip_view AS v (trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at)
+SELECT u.trip_id, string_to_array(u.kinds, ','), u.status, NULLIF(u.settled, ''),
+       'trip.requested' = ANY(string_to_array(u.kinds, ',')), 'mail.sent' = ANY(string_to_array(u.kinds, ',')),
+       u.n, u.first_at, u.last_at
+FROM (SELECT unnest(@trip_ids::text[]) AS trip_id,
+             unnest(@kinds::text[]) AS kinds,
+             unnest(@statuses::text[]) AS status,
+             unnest(@settled::text[]) AS settled,
+             unnest(@counts::int[]) AS n,
+             unnest(@first_ats::timestamptz[]) AS first_at,
+             unnest(@last_ats::timestamptz[]) AS last_at) AS u
+ORDER BY u.trip_id
+ON CONFLICT (trip_id) DO UPDATE
+SET seen = ARRAY(SELECT DISTINCT k FROM unnest(v.seen || EXCLUDED.seen) AS k ORDER BY k),
+    requested = v.requested OR EXCLUDED.requested,
+    mailed = v.mailed OR EXCLUDED.mailed,
+    events = v.events + EXCLUDED.events,
+    first_event_at = LEAST(v.first_event_at, EXCLUDED.first_event_at),
+    last_event_at = GREATEST(v.last_event_at, EXCLUDED.last_event_at),
+    updated_at = now()
+RETURNING trip_id, seen, status, settled;
