@@ -46,7 +46,9 @@ type RelayConfig struct {
 	// asynchronously. Defaults to 1000.
 	BatchSize int
 	// PollInterval is how often the relay looks for rows when no NOTIFY
-	// woke it (a NOTIFY can be lost on reconnect). Defaults to 1 s.
+	// woke it (a NOTIFY can be lost on reconnect) while rows wait; an idle
+	// relay sleeps until the soonest row is due, at most 10 × PollInterval.
+	// Defaults to 1 s.
 	PollInterval time.Duration
 	// MaxAttempts is how many refusals of one row by the server for what
 	// the event is (CauseRefused: too large, bad headers) quarantine it, so
@@ -223,11 +225,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.running.Store(true)
 	defer local.Wait()
 	defer r.running.Store(false)
-	t := time.NewTicker(r.cfg.PollInterval)
+	t := time.NewTimer(r.cfg.PollInterval)
 	defer t.Stop()
 	clean := time.NewTicker(time.Hour)
 	defer clean.Stop()
 	for {
+		wait := r.cfg.PollInterval
 		for {
 			n, err := r.PublishBatch(ctx)
 			if err != nil {
@@ -239,10 +242,18 @@ func (r *Relay) Run(ctx context.Context) error {
 					break
 				}
 			}
+			if n == 0 && err == nil {
+				// Idle: sleep until the soonest row is due, at most 10 ×
+				// PollInterval (a NOTIFY lost on reconnect is caught then).
+				if nd, err := queries.OutboxNextDue(ctx, r.cfg.Pool); err == nil {
+					wait = min(max(time.Until(nd), time.Millisecond), 10*r.cfg.PollInterval)
+				}
+			}
 			if n < r.cfg.BatchSize {
 				break
 			}
 		}
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return nil

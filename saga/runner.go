@@ -66,8 +66,11 @@ type Runner struct {
 	// runCtx is Run's context while it runs: Request then records steps
 	// as started and launches their calls after the trigger commits.
 	runCtx atomic.Pointer[context.Context]
-	calls  *prometheus.CounterVec
-	raised prometheus.Counter
+	// nextDue is when the soonest row is due (unix ns), as the last claim
+	// that took fewer rows than it could read it; 0 when unknown.
+	nextDue atomic.Int64
+	calls   *prometheus.CounterVec
+	raised  prometheus.Counter
 }
 
 // New returns a runner. It returns an error wrapping [ErrInvalidConfig]
@@ -271,6 +274,11 @@ func (r *Runner) launch(ctx context.Context, row dbsqlc.Step) {
 	}()
 }
 
+// idleMax bounds an idle runner's sleep: rows another process makes due
+// without waking this one (a peer's crash leaves its leases to run out) are
+// taken within it. 20 × PollInterval (10 s by default).
+func (r *Runner) idleMax() time.Duration { return 20 * r.t.PollInterval }
+
 // Running reports whether Run is running.
 func (r *Runner) Running() bool {
 	rc := r.runCtx.Load()
@@ -291,7 +299,7 @@ func (r *Runner) Wake() {
 func (r *Runner) Run(ctx context.Context) error {
 	r.runCtx.Store(&ctx)
 	defer r.runCtx.Store(nil)
-	t := time.NewTicker(r.t.PollInterval)
+	t := time.NewTimer(r.t.PollInterval)
 	defer t.Stop()
 	defer r.wg.Wait()
 	for {
@@ -302,6 +310,13 @@ func (r *Runner) Run(ctx context.Context) error {
 		if n > 0 && err == nil {
 			continue
 		}
+		// Idle, sleep until the soonest row is due (the claim read it),
+		// at most IdleMax: new rows of this process wake the runner.
+		wait := r.t.PollInterval
+		if nd := r.nextDue.Load(); nd != 0 && err == nil {
+			wait = min(max(time.Until(time.Unix(0, nd)), time.Millisecond), r.idleMax())
+		}
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -435,6 +450,15 @@ func (r *Runner) claim(ctx context.Context, max int, ignoreLease bool) ([]func(c
 			claimed := row
 			jobs = append(jobs, func(ctx context.Context) { r.verify(ctx, claimed) })
 		}
+	}
+	if len(jobs) < max {
+		nd, err := queries.StepNextDue(ctx, tx)
+		if err != nil {
+			return nil, fmt.Errorf("claim next due: %w", err)
+		}
+		r.nextDue.Store(nd.UnixNano())
+	} else {
+		r.nextDue.Store(0)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("claim commit: %w", err)

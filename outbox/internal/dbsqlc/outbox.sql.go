@@ -370,6 +370,20 @@ func (q *Queries) OutboxMarkRefused(ctx context.Context, db DBTX, arg OutboxMark
 	return quarantined, err
 }
 
+const outboxNextDue = `-- name: OutboxNextDue :one
+SELECT coalesce(min(next_attempt_at), now() + interval '1 hour')::timestamptz AS next_due
+FROM outbox WHERE published_at IS NULL AND quarantined_at IS NULL
+`
+
+// When the soonest unpublished row is due, for an idle relay's sleep; an
+// hour from now when none is.
+func (q *Queries) OutboxNextDue(ctx context.Context, db DBTX) (time.Time, error) {
+	row := db.QueryRow(ctx, outboxNextDue)
+	var next_due time.Time
+	err := row.Scan(&next_due)
+	return next_due, err
+}
+
 const outboxNotify = `-- name: OutboxNotify :exec
 SELECT pg_notify('outbox_' || current_schema(), '')
 `

@@ -406,19 +406,20 @@ func (q *Queries) StepListByTrip(ctx context.Context, db DBTX, tripID string) ([
 }
 
 const stepNextDue = `-- name: StepNextDue :one
-SELECT min(t)::timestamptz FROM (
+SELECT coalesce(min(t), now() + interval '1 hour')::timestamptz AS next_due FROM (
     SELECT min(next_attempt_at) AS t FROM steps WHERE status IN ('pending', 'started', 'unknown', 'compensating')
     UNION ALL
     SELECT min(verify_at) FROM steps WHERE verify_at IS NOT NULL
 ) AS due
 `
 
-// When the soonest unfinished row is due, for the runner's sleep.
+// When the soonest unfinished row is due (a lease's end included), for the
+// runner's sleep; an hour from now when none is.
 func (q *Queries) StepNextDue(ctx context.Context, db DBTX) (time.Time, error) {
 	row := db.QueryRow(ctx, stepNextDue)
-	var column_1 time.Time
-	err := row.Scan(&column_1)
-	return column_1, err
+	var next_due time.Time
+	err := row.Scan(&next_due)
+	return next_due, err
 }
 
 const stepUpdate = `-- name: StepUpdate :exec

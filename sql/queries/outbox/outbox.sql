@@ -91,6 +91,12 @@ WHERE quarantined_at IS NOT NULL AND published_at IS NULL
   AND (@every::bool OR event_id = ANY(@event_ids::text[]))
 RETURNING event_id;
 
+-- name: OutboxNextDue :one
+-- When the soonest unpublished row is due, for an idle relay's sleep; an
+-- hour from now when none is.
+SELECT coalesce(min(next_attempt_at), now() + interval '1 hour')::timestamptz AS next_due
+FROM outbox WHERE published_at IS NULL AND quarantined_at IS NULL;
+
 -- name: OutboxCountPending :one
 SELECT count(*) FROM outbox WHERE published_at IS NULL AND quarantined_at IS NULL;
 

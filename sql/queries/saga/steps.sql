@@ -106,8 +106,9 @@ WHERE trip_id = @trip_id AND step = @step
 SELECT step, status, count(*)::bigint AS n FROM steps GROUP BY step, status ORDER BY step, status;
 
 -- name: StepNextDue :one
--- When the soonest unfinished row is due, for the runner's sleep.
-SELECT min(t)::timestamptz FROM (
+-- When the soonest unfinished row is due (a lease's end included), for the
+-- runner's sleep; an hour from now when none is.
+SELECT coalesce(min(t), now() + interval '1 hour')::timestamptz AS next_due FROM (
     SELECT min(next_attempt_at) AS t FROM steps WHERE status IN ('pending', 'started', 'unknown', 'compensating')
     UNION ALL
     SELECT min(verify_at) FROM steps WHERE verify_at IS NOT NULL
