@@ -400,7 +400,7 @@ func (r *Runner) claim(ctx context.Context, max int, ignoreLease bool) ([]func(c
 	now := time.Now()
 	// A job makes up to two calls (the call, then a status by key).
 	// PostgreSQL keeps microseconds: a lease written as it will be read
-	// back lets StepUpdateIfUnchanged recognise the row.
+	// back lets StepUpdate recognise the row (only_if_unchanged).
 	lease := now.Add(2*r.t.CallTimeout + time.Second).Truncate(time.Microsecond)
 	var jobs []func(context.Context)
 	for _, row := range rows {
@@ -712,7 +712,7 @@ func (r *Runner) inTx(ctx context.Context, claimed dbsqlc.Step, f func(tx pgx.Tx
 }
 
 // inTxAsClaimed is inTx on the row as claimed, written only if it is
-// still so (StepUpdateIfUnchanged); it reports false, having changed
+// still so (updateIf); it reports false, having changed
 // nothing, when the row changed meanwhile.
 func (r *Runner) inTxAsClaimed(ctx context.Context, claimed dbsqlc.Step, f func(tx pgx.Tx, row *dbsqlc.Step) ([]event.Event, error)) (bool, error) {
 	tx, err := r.cfg.Pool.Begin(ctx)
@@ -726,18 +726,11 @@ func (r *Runner) inTxAsClaimed(ctx context.Context, claimed dbsqlc.Step, f func(
 	if err != nil {
 		return false, err
 	}
-	n, err := queries.StepUpdateIfUnchanged(ctx, tx, dbsqlc.StepUpdateIfUnchangedParams{
-		TripID: row.TripID, Step: row.Step, Status: row.Status, UndoCause: row.UndoCause,
-		CompanyRef: row.CompanyRef, Outcome: row.Outcome, Reason: row.Reason,
-		Attempts: row.Attempts, UndoAttempts: row.UndoAttempts, NextAttemptAt: row.NextAttemptAt,
-		VerifyAt: row.VerifyAt, LastError: row.LastError, StartedAt: row.StartedAt,
-		FinishedAt: row.FinishedAt, UndoneAt: row.UndoneAt,
-		WasStatus: claimed.Status, WasAttempts: claimed.Attempts, WasUndoAttempts: claimed.UndoAttempts, WasVerifyAt: claimed.VerifyAt,
-	})
+	wrote, err := updateIf(ctx, tx, row, &claimed)
 	if err != nil {
-		return false, fmt.Errorf("saga: update %s of %s: %w", row.Step, row.TripID, err)
+		return false, err
 	}
-	if n == 0 {
+	if !wrote {
 		return false, nil
 	}
 	if err := outbox.Write(ctx, tx, evs...); err != nil {
@@ -790,17 +783,29 @@ func (r *Runner) raise(ctx context.Context, tx pgx.Tx, row *dbsqlc.Step, kind st
 }
 
 func update(ctx context.Context, tx pgx.Tx, row dbsqlc.Step) error {
-	err := queries.StepUpdate(ctx, tx, dbsqlc.StepUpdateParams{
+	_, err := updateIf(ctx, tx, row, nil)
+	return err
+}
+
+// updateIf writes row; with was set, only if the stored row is still as
+// was (StepUpdate's only_if_unchanged), and reports whether it wrote.
+func updateIf(ctx context.Context, tx pgx.Tx, row dbsqlc.Step, was *dbsqlc.Step) (bool, error) {
+	p := dbsqlc.StepUpdateParams{
 		TripID: row.TripID, Step: row.Step, Status: row.Status, UndoCause: row.UndoCause,
 		CompanyRef: row.CompanyRef, Outcome: row.Outcome, Reason: row.Reason,
 		Attempts: row.Attempts, UndoAttempts: row.UndoAttempts, NextAttemptAt: row.NextAttemptAt,
 		VerifyAt: row.VerifyAt, LastError: row.LastError, StartedAt: row.StartedAt,
 		FinishedAt: row.FinishedAt, UndoneAt: row.UndoneAt,
-	})
-	if err != nil {
-		return fmt.Errorf("saga: update %s of %s: %w", row.Step, row.TripID, err)
 	}
-	return nil
+	if was != nil {
+		p.OnlyIfUnchanged = true
+		p.WasStatus, p.WasAttempts, p.WasUndoAttempts, p.WasVerifyAt = was.Status, was.Attempts, was.UndoAttempts, was.VerifyAt
+	}
+	n, err := queries.StepUpdate(ctx, tx, p)
+	if err != nil {
+		return false, fmt.Errorf("saga: update %s of %s: %w", row.Step, row.TripID, err)
+	}
+	return n == 1, nil
 }
 
 // Incident is a problem raised for a person (compensation_stuck,

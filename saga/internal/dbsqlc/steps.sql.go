@@ -422,7 +422,7 @@ func (q *Queries) StepNextDue(ctx context.Context, db DBTX) (time.Time, error) {
 	return next_due, err
 }
 
-const stepUpdate = `-- name: StepUpdate :exec
+const stepUpdate = `-- name: StepUpdate :execrows
 UPDATE steps SET
     status          = $1,
     undo_cause      = $2,
@@ -439,69 +439,12 @@ UPDATE steps SET
     undone_at       = $13,
     updated_at      = now()
 WHERE trip_id = $14 AND step = $15
+  AND (NOT $16::bool
+       OR (status = $17 AND attempts = $18 AND undo_attempts = $19
+           AND verify_at IS NOT DISTINCT FROM $20::timestamptz))
 `
 
 type StepUpdateParams struct {
-	Status        string
-	UndoCause     *string
-	CompanyRef    *string
-	Outcome       *string
-	Reason        *string
-	Attempts      int32
-	UndoAttempts  int32
-	NextAttemptAt time.Time
-	VerifyAt      *time.Time
-	LastError     *string
-	StartedAt     *time.Time
-	FinishedAt    *time.Time
-	UndoneAt      *time.Time
-	TripID        string
-	Step          string
-}
-
-func (q *Queries) StepUpdate(ctx context.Context, db DBTX, arg StepUpdateParams) error {
-	_, err := db.Exec(ctx, stepUpdate,
-		arg.Status,
-		arg.UndoCause,
-		arg.CompanyRef,
-		arg.Outcome,
-		arg.Reason,
-		arg.Attempts,
-		arg.UndoAttempts,
-		arg.NextAttemptAt,
-		arg.VerifyAt,
-		arg.LastError,
-		arg.StartedAt,
-		arg.FinishedAt,
-		arg.UndoneAt,
-		arg.TripID,
-		arg.Step,
-	)
-	return err
-}
-
-const stepUpdateIfUnchanged = `-- name: StepUpdateIfUnchanged :execrows
-UPDATE steps SET
-    status          = $1,
-    undo_cause      = $2,
-    company_ref     = $3,
-    outcome         = $4,
-    reason          = $5,
-    attempts        = $6,
-    undo_attempts   = $7,
-    next_attempt_at = $8,
-    verify_at       = $9,
-    last_error      = $10,
-    started_at      = $11,
-    finished_at     = $12,
-    undone_at       = $13,
-    updated_at      = now()
-WHERE trip_id = $14 AND step = $15
-  AND status = $16 AND attempts = $17 AND undo_attempts = $18
-  AND verify_at IS NOT DISTINCT FROM $19::timestamptz
-`
-
-type StepUpdateIfUnchangedParams struct {
 	Status          string
 	UndoCause       *string
 	CompanyRef      *string
@@ -517,18 +460,20 @@ type StepUpdateIfUnchangedParams struct {
 	UndoneAt        *time.Time
 	TripID          string
 	Step            string
+	OnlyIfUnchanged bool
 	WasStatus       string
 	WasAttempts     int32
 	WasUndoAttempts int32
 	WasVerifyAt     *time.Time
 }
 
-// StepUpdate, only if the row is still as the caller claimed it (same
-// status, attempts, undo attempts and verification time): the answer of a
-// call is recorded without reading the row first; no row updated means it
-// changed meanwhile (an undo was asked for), and the caller reads it.
-func (q *Queries) StepUpdateIfUnchanged(ctx context.Context, db DBTX, arg StepUpdateIfUnchangedParams) (int64, error) {
-	result, err := db.Exec(ctx, stepUpdateIfUnchanged,
+// Writes a step row. With only_if_unchanged it writes only if the row is
+// still as the caller claimed it (same status, attempts, undo attempts and
+// verification time): the answer of a call is recorded without reading the
+// row first, and no row updated means it changed meanwhile (an undo was
+// asked for), so the caller reads it.
+func (q *Queries) StepUpdate(ctx context.Context, db DBTX, arg StepUpdateParams) (int64, error) {
+	result, err := db.Exec(ctx, stepUpdate,
 		arg.Status,
 		arg.UndoCause,
 		arg.CompanyRef,
@@ -544,6 +489,7 @@ func (q *Queries) StepUpdateIfUnchanged(ctx context.Context, db DBTX, arg StepUp
 		arg.UndoneAt,
 		arg.TripID,
 		arg.Step,
+		arg.OnlyIfUnchanged,
 		arg.WasStatus,
 		arg.WasAttempts,
 		arg.WasUndoAttempts,

@@ -60,29 +60,12 @@ ORDER BY verify_at
 LIMIT @max
 FOR UPDATE SKIP LOCKED;
 
--- name: StepUpdate :exec
-UPDATE steps SET
-    status          = @status,
-    undo_cause      = @undo_cause,
-    company_ref     = @company_ref,
-    outcome         = @outcome,
-    reason          = @reason,
-    attempts        = @attempts,
-    undo_attempts   = @undo_attempts,
-    next_attempt_at = @next_attempt_at,
-    verify_at       = @verify_at,
-    last_error      = @last_error,
-    started_at      = @started_at,
-    finished_at     = @finished_at,
-    undone_at       = @undone_at,
-    updated_at      = now()
-WHERE trip_id = @trip_id AND step = @step;
-
--- name: StepUpdateIfUnchanged :execrows
--- StepUpdate, only if the row is still as the caller claimed it (same
--- status, attempts, undo attempts and verification time): the answer of a
--- call is recorded without reading the row first; no row updated means it
--- changed meanwhile (an undo was asked for), and the caller reads it.
+-- name: StepUpdate :execrows
+-- Writes a step row. With only_if_unchanged it writes only if the row is
+-- still as the caller claimed it (same status, attempts, undo attempts and
+-- verification time): the answer of a call is recorded without reading the
+-- row first, and no row updated means it changed meanwhile (an undo was
+-- asked for), so the caller reads it.
 UPDATE steps SET
     status          = @status,
     undo_cause      = @undo_cause,
@@ -99,8 +82,9 @@ UPDATE steps SET
     undone_at       = @undone_at,
     updated_at      = now()
 WHERE trip_id = @trip_id AND step = @step
-  AND status = @was_status AND attempts = @was_attempts AND undo_attempts = @was_undo_attempts
-  AND verify_at IS NOT DISTINCT FROM sqlc.narg(was_verify_at)::timestamptz;
+  AND (NOT @only_if_unchanged::bool
+       OR (status = @was_status AND attempts = @was_attempts AND undo_attempts = @was_undo_attempts
+           AND verify_at IS NOT DISTINCT FROM sqlc.narg(was_verify_at)::timestamptz));
 
 -- name: StepCountByStatus :many
 SELECT step, status, count(*)::bigint AS n FROM steps GROUP BY step, status ORDER BY step, status;
