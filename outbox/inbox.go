@@ -124,27 +124,68 @@ type InboxConfig struct {
 	// Logger defaults to a discard logger.
 	Logger *slog.Logger
 	// Metrics, when set, counts handled, duplicate, retried and parked
-	// events.
+	// events, and consumers found lost.
 	Metrics *InboxMetrics
+	// WatchInterval is how often the inbox reads its consumer's info: to
+	// notice that the consumer was deleted or replaced (see [Inbox.Run])
+	// and to record its ack floor in inbox_position. Defaults to 2 s.
+	WatchInterval time.Duration
 }
 
 // InboxMetrics are shared by all inboxes of a process.
 type InboxMetrics struct {
 	events *prometheus.CounterVec
+	lost   *prometheus.CounterVec
 }
 
-// NewInboxMetrics registers the inbox counters on reg.
+// Reasons an inbox gives for a lost consumer, the reason label of
+// tripsaga_inbox_consumer_lost_total.
+const (
+	// LostDeleted: the server told a waiting pull request that the
+	// consumer was deleted (409 Consumer Deleted, jetstream.ErrConsumerDeleted).
+	LostDeleted = "deleted"
+	// LostMissing: the consumer's info answered consumer not found
+	// (jetstream.ErrConsumerNotFound), e.g. it was deleted while no pull
+	// request was waiting, or the stream was restored without it.
+	LostMissing = "missing"
+	// LostReplaced: a consumer of that name exists but was created after
+	// ours (another creation time): someone deleted and recreated it.
+	LostReplaced = "replaced"
+	// LostReset: the consumer's ack floor went back (a reset, or a stream
+	// restored under it): events after it come again, which the inbox
+	// drops as duplicates.
+	LostReset = "reset"
+	// LostStopped: the client stopped consuming by itself (a bad request
+	// answer, the connection closed).
+	LostStopped = "stopped"
+)
+
+// NewInboxMetrics registers the inbox counters on reg:
+// tripsaga_inbox_events_total{consumer,outcome} and
+// tripsaga_inbox_consumer_lost_total{consumer,stream,reason}.
 func NewInboxMetrics(reg prometheus.Registerer) (*InboxMetrics, error) {
 	m := &InboxMetrics{events: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tripsaga_inbox_events_total",
 		Help: "Events seen by inbox consumers, by outcome (handled, duplicate, retried, parked).",
-	}, []string{"consumer", "outcome"})}
+	}, []string{"consumer", "outcome"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tripsaga_inbox_consumer_lost_total",
+			Help: "Durable consumers an inbox found deleted, missing, replaced, reset or stopped, and recreated or took up again.",
+		}, []string{"consumer", "stream", "reason"})}
 	if reg != nil {
-		if err := reg.Register(m.events); err != nil {
-			return nil, err
+		for _, c := range []prometheus.Collector{m.events, m.lost} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("inbox metrics: %w", err)
+			}
 		}
 	}
 	return m, nil
+}
+
+func (m *InboxMetrics) incLost(consumer, stream, reason string) {
+	if m != nil {
+		m.lost.WithLabelValues(consumer, stream, reason).Inc()
+	}
 }
 
 func (m *InboxMetrics) inc(consumer, outcome string) {
@@ -168,6 +209,9 @@ func (c *InboxConfig) setDefaults() {
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 256
+	}
+	if c.WatchInterval == 0 {
+		c.WatchInterval = 2 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -202,6 +246,12 @@ type Inbox struct {
 	cons  atomic.Pointer[jetstream.Consumer]
 	// lastSeen is when a message last arrived (unix ns).
 	lastSeen atomic.Int64
+	// created is the creation time (unix ns) of the consumer consumed.
+	created atomic.Int64
+	// floor is the consumer's ack floor (stream sequence) last seen;
+	// stored tells whether inbox_position holds it.
+	floor  atomic.Uint64
+	stored atomic.Bool
 }
 
 // ErrStalled is returned by [Inbox.Check] when the consumer has messages
@@ -226,7 +276,7 @@ func CheckAll(ctx context.Context, inboxes ...*Inbox) error {
 func (in *Inbox) Check(ctx context.Context) error {
 	cp := in.cons.Load()
 	if cp == nil {
-		return fmt.Errorf("inbox %s: consumer not created yet", in.cfg.Name)
+		return fmt.Errorf("inbox %s: consumer on %s not created yet, or lost and being recreated", in.cfg.Name, in.cfg.Stream)
 	}
 	info, err := (*cp).Info(ctx)
 	if err != nil {
@@ -254,9 +304,79 @@ func NewInbox(cfg InboxConfig) (*Inbox, error) {
 }
 
 // Run creates or updates the durable consumer and handles events until ctx
-// ends.
+// ends; it returns an error only when the consumer cannot be set up at
+// start or the NATS connection is closed for good.
+//
+// A consumer that disappears while Run runs is noticed and recreated:
+// the server answers a waiting pull request with 409 Consumer Deleted
+// (jetstream.ErrConsumerDeleted, after which nats.go stops consuming), and
+// every WatchInterval Run reads the consumer's info, which answers
+// jetstream.ErrConsumerNotFound once it is gone, or shows another creation
+// time once someone replaced it, or an ack floor that went back (a reset).
+// Missed heartbeats and no-responders answers trigger that read at once.
+// Each is logged at error level and counted
+// (tripsaga_inbox_consumer_lost_total), and the consumer is recreated from
+// the inbox's position (see [Inbox.StartSeq]) or, if it exists again,
+// taken up as it is unless it would skip events after that position.
+// JetStream cannot move a durable consumer's start once created (nats.go
+// ConsumerConfig: DeliverPolicy and OptStartSeq cannot be updated), so a
+// start is only ever chosen when the consumer is created.
 func (in *Inbox) Run(ctx context.Context) error {
-	cons, err := in.cfg.JetStream.CreateOrUpdateConsumer(ctx, in.cfg.Stream, jetstream.ConsumerConfig{
+	cons, err := in.ensure(ctx)
+	if err != nil {
+		return err
+	}
+	prefetch := in.prefetch()
+	work := make(chan jetstream.Msg, prefetch)
+	var wg sync.WaitGroup
+	for range in.cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in.work(ctx, work)
+		}()
+	}
+	defer func() {
+		close(work)
+		wg.Wait()
+	}()
+	log := in.cfg.Logger.With("consumer", in.cfg.Name, "stream", in.cfg.Stream)
+	for {
+		reason, detail := in.consume(ctx, cons, work)
+		if ctx.Err() != nil {
+			return nil
+		}
+		in.cons.Store(nil)
+		in.cfg.Metrics.incLost(in.cfg.Name, in.cfg.Stream, reason)
+		log.Error("inbox: durable consumer lost; recreating it from the inbox's position", "reason", reason, "detail", detail)
+		if nc := in.cfg.JetStream.Conn(); nc != nil && nc.IsClosed() {
+			return fmt.Errorf("inbox %s: consumer on %s lost (%s) and the NATS connection is closed: %w", in.cfg.Name, in.cfg.Stream, reason, nats.ErrConnectionClosed)
+		}
+		delay := 200 * time.Millisecond
+		for {
+			cons, err = in.ensure(ctx)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			log.Error("inbox: cannot recreate the durable consumer; retrying", "err", err, "delay", delay)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, 5*time.Second)
+		}
+		ci := cons.CachedInfo()
+		log.Warn("inbox: consuming again", "deliver_policy", ci.Config.DeliverPolicy.String(), "start_seq", ci.Config.OptStartSeq, "ack_floor", ci.AckFloor.Stream)
+	}
+}
+
+// consumerConfig is the durable consumer's configuration, delivering all.
+func (in *Inbox) consumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
 		Durable:        in.cfg.Name,
 		FilterSubjects: in.cfg.FilterSubjects,
 		AckPolicy:      jetstream.AckExplicitPolicy,
@@ -267,70 +387,277 @@ func (in *Inbox) Run(ctx context.Context) error {
 		MaxDeliver:    -1,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		MaxAckPending: 1000,
-	})
-	if err != nil {
-		return fmt.Errorf("inbox %s: consumer on %s: %w", in.cfg.Name, in.cfg.Stream, err)
 	}
-	in.lastSeen.Store(time.Now().UnixNano())
-	in.cons.Store(&cons)
-	return in.consume(ctx, cons)
 }
 
-func (in *Inbox) consume(ctx context.Context, cons jetstream.Consumer) error {
+// ensure returns the durable consumer, ready to consume: an existing one is
+// updated keeping its start (which the server does not let change), unless
+// that start would skip events after the inbox's position, in which case
+// it is deleted; a missing one is created from [Inbox.StartSeq].
+func (in *Inbox) ensure(ctx context.Context) (jetstream.Consumer, error) {
+	js, stream, name := in.cfg.JetStream, in.cfg.Stream, in.cfg.Name
+	var lastErr error
+	for range 3 {
+		cfg := in.consumerConfig()
+		cur, err := js.Consumer(ctx, stream, name)
+		switch {
+		case err == nil:
+			ci := cur.CachedInfo().Config
+			pos, perr := in.position(ctx)
+			if perr != nil {
+				return nil, fmt.Errorf("inbox %s: consumer on %s: %w", name, stream, perr)
+			}
+			if skips(ci, pos) {
+				in.cfg.Logger.Error("inbox: durable consumer starts after the inbox's position; deleting it to recreate it",
+					"consumer", name, "stream", stream, "deliver_policy", ci.DeliverPolicy.String(), "start_seq", ci.OptStartSeq, "position", pos)
+				if err := js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+					return nil, fmt.Errorf("inbox %s: delete consumer on %s: %w", name, stream, err)
+				}
+				continue
+			}
+			cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = ci.DeliverPolicy, ci.OptStartSeq, ci.OptStartTime
+			cons, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
+			if err != nil {
+				lastErr = err
+				continue // deleted or replaced meanwhile
+			}
+			in.adopt(cons)
+			return cons, nil
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+			start, err := in.StartSeq(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("inbox %s: consumer on %s: %w", name, stream, err)
+			}
+			if start > 1 {
+				cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
+			}
+			cons, err := js.CreateConsumer(ctx, stream, cfg)
+			if err != nil {
+				lastErr = err
+				continue // created meanwhile (another process of the service)
+			}
+			in.adopt(cons)
+			return cons, nil
+		default:
+			return nil, fmt.Errorf("inbox %s: consumer on %s: %w", name, stream, err)
+		}
+	}
+	return nil, fmt.Errorf("inbox %s: consumer on %s: %w", name, stream, lastErr)
+}
+
+// skips reports whether a consumer configured as c may skip an event
+// after the inbox's position pos (0: unknown, so only DeliverAll is sure).
+func skips(c jetstream.ConsumerConfig, pos uint64) bool {
+	switch c.DeliverPolicy {
+	case jetstream.DeliverAllPolicy:
+		return false
+	case jetstream.DeliverByStartSequencePolicy:
+		return c.OptStartSeq > pos+1
+	default: // new, last, last per subject, by start time
+		return true
+	}
+}
+
+// adopt makes cons the consumer Check reads and the watch compares with.
+// Its ack floor is a safe position: ensure never adopts a consumer that
+// starts after the inbox's position.
+func (in *Inbox) adopt(cons jetstream.Consumer) {
+	ci := cons.CachedInfo()
+	in.created.Store(ci.Created.UnixNano())
+	in.floor.Store(ci.AckFloor.Stream)
+	in.lastSeen.Store(time.Now().UnixNano())
+	in.cons.Store(&cons)
+}
+
+// position is the ack floor last seen, from this process's watch or from
+// inbox_position (the larger): every event of the stream up to it was
+// acked, so handled or parked, by a consumer that started no later than
+// the position before it.
+func (in *Inbox) position(ctx context.Context) (uint64, error) {
+	db, err := queries.InboxPositionGet(ctx, in.cfg.Pool, dbsqlc.InboxPositionGetParams{Consumer: in.cfg.Name, Stream: in.cfg.Stream})
+	if err != nil {
+		return 0, fmt.Errorf("inbox position: %w", err)
+	}
+	return max(in.floor.Load(), uint64(max(db, 0))), nil
+}
+
+// StartSeq is the stream sequence a missing durable consumer is recreated
+// from: one past the inbox's position, its ack floor as last seen by this
+// process or stored in inbox_position. Events are acked out of order by
+// several workers and batches, so the last handled sequence (the inbox
+// table's highest stream_seq) is not safe; the ack floor is, since every
+// event at or below it was acked, and the inbox acks only after its
+// transaction committed or the event was parked. Events after it that were
+// handled already come again and are dropped as duplicates by the inbox
+// table. It returns 0 (deliver all) when no position is known, or when the
+// stream's last sequence is below the position (the stream was restored or
+// recreated): when unsure, start earlier.
+func (in *Inbox) StartSeq(ctx context.Context) (uint64, error) {
+	pos, err := in.position(ctx)
+	if err != nil || pos == 0 {
+		return 0, err
+	}
+	s, err := in.cfg.JetStream.Stream(ctx, in.cfg.Stream)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", in.cfg.Stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", in.cfg.Stream, err)
+	}
+	if info.State.LastSeq < pos {
+		in.cfg.Logger.Error("inbox: stream ends before the inbox's position (restored or recreated?); reading it from its start",
+			"consumer", in.cfg.Name, "stream", in.cfg.Stream, "position", pos, "last_seq", info.State.LastSeq)
+		in.floor.Store(0)
+		return 0, nil
+	}
+	return pos + 1, nil
+}
+
+func (in *Inbox) prefetch() int {
 	prefetch := 2 * in.cfg.Concurrency
 	if in.cfg.BatchApply != nil {
 		prefetch = max(prefetch, in.cfg.BatchSize)
 	}
-	work := make(chan jetstream.Msg, prefetch)
-	var wg sync.WaitGroup
-	for range in.cfg.Concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for msg := range work {
-				if in.cfg.BatchApply == nil {
-					in.handle(ctx, msg)
-					continue
+	return prefetch
+}
+
+// work handles the messages of work, alone or in batches, until it is
+// closed. Messages of a consumer that was lost are still handled; their
+// acks go nowhere and the recreated consumer delivers them again, which
+// the inbox drops as duplicates.
+func (in *Inbox) work(ctx context.Context, work chan jetstream.Msg) {
+	for msg := range work {
+		if in.cfg.BatchApply == nil {
+			in.handle(ctx, msg)
+			continue
+		}
+		batch := []jetstream.Msg{msg}
+	more:
+		for len(batch) < in.cfg.BatchSize {
+			select {
+			case m, ok := <-work:
+				if !ok {
+					break more
 				}
-				batch := []jetstream.Msg{msg}
-			more:
-				for len(batch) < in.cfg.BatchSize {
-					select {
-					case m, ok := <-work:
-						if !ok {
-							break more
-						}
-						batch = append(batch, m)
-					default:
-						break more
-					}
-				}
-				in.handleBatch(ctx, batch)
+				batch = append(batch, m)
+			default:
+				break more
 			}
-		}()
+		}
+		in.handleBatch(ctx, batch)
 	}
+}
+
+// consume feeds work from cons until ctx ends (it returns "") or the
+// consumer is lost (it returns a Lost* reason and what was seen).
+func (in *Inbox) consume(ctx context.Context, cons jetstream.Consumer, work chan<- jetstream.Msg) (reason, detail string) {
+	type lostMsg struct{ reason, detail string }
+	lost := make(chan lostMsg, 1)
+	signal := func(r, d string) {
+		select {
+		case lost <- lostMsg{r, d}:
+		default:
+		}
+	}
+	look := make(chan struct{}, 1)
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		in.lastSeen.Store(time.Now().UnixNano())
 		select {
 		case work <- msg:
 		case <-ctx.Done():
 		}
-	}, jetstream.PullMaxMessages(prefetch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if ctx.Err() == nil {
+	}, jetstream.PullMaxMessages(in.prefetch()), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case errors.Is(err, jetstream.ErrConsumerDeleted):
+			signal(LostDeleted, err.Error())
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+			signal(LostMissing, err.Error())
+		case errors.Is(err, jetstream.ErrNoHeartbeat), errors.Is(err, nats.ErrNoResponders):
+			// The consumer may be gone, or only the connection: look now.
+			select {
+			case look <- struct{}{}:
+			default:
+			}
+			in.cfg.Logger.Debug("inbox consume", "consumer", in.cfg.Name, "err", err)
+		default:
 			in.cfg.Logger.Debug("inbox consume", "consumer", in.cfg.Name, "err", err)
 		}
 	}))
 	if err != nil {
-		close(work)
-		wg.Wait()
-		return fmt.Errorf("inbox %s: consume: %w", in.cfg.Name, err)
+		if ctx.Err() != nil {
+			return "", ""
+		}
+		return LostStopped, fmt.Sprintf("consume: %v", err)
 	}
-	<-ctx.Done()
-	cc.Stop()
-	<-cc.Closed()
-	close(work)
-	wg.Wait()
-	return nil
+	closed := cc.Closed()
+	stop := func() {
+		cc.Stop()
+		<-closed
+	}
+	t := time.NewTicker(in.cfg.WatchInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			stop()
+			return "", ""
+		case l := <-lost:
+			stop()
+			return l.reason, l.detail
+		case <-closed:
+			select {
+			case l := <-lost:
+				return l.reason, l.detail
+			default:
+			}
+			if ctx.Err() != nil {
+				return "", ""
+			}
+			return LostStopped, "the client stopped consuming"
+		case <-t.C:
+		case <-look:
+		}
+		if r, d := in.watch(ctx, cons); r != "" {
+			stop()
+			return r, d
+		}
+	}
+}
+
+// watch reads the consumer's info: it returns a Lost* reason when the
+// consumer is gone, was replaced or reset, and otherwise records its ack
+// floor (in inbox_position when it moved). An info that cannot be read
+// (NATS unreachable) is no verdict: the client reconnects by itself and
+// Check reports it meanwhile.
+func (in *Inbox) watch(ctx context.Context, cons jetstream.Consumer) (reason, detail string) {
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	info, err := cons.Info(ictx)
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		return LostMissing, err.Error()
+	case err != nil:
+		in.cfg.Logger.Debug("inbox: consumer info", "consumer", in.cfg.Name, "err", err)
+		return "", ""
+	case info.Created.UnixNano() != in.created.Load():
+		return LostReplaced, fmt.Sprintf("created %s, ours %s", info.Created.UTC().Format(time.RFC3339Nano), time.Unix(0, in.created.Load()).UTC().Format(time.RFC3339Nano))
+	case info.AckFloor.Stream < in.floor.Load():
+		in.floor.Store(info.AckFloor.Stream)
+		return LostReset, fmt.Sprintf("ack floor went back to %d", info.AckFloor.Stream)
+	}
+	if f := info.AckFloor.Stream; f > in.floor.Load() || !in.stored.Load() {
+		in.floor.Store(f)
+		err := queries.InboxPositionSet(ictx, in.cfg.Pool, dbsqlc.InboxPositionSetParams{Consumer: in.cfg.Name, Stream: in.cfg.Stream, AckFloor: int64(f)})
+		if err != nil {
+			in.cfg.Logger.Debug("inbox: store position", "consumer", in.cfg.Name, "err", err)
+		}
+		in.stored.Store(err == nil)
+	}
+	return "", ""
 }
 
 // handle never panics and never blocks the stream: every message ends

@@ -94,6 +94,43 @@ func (q *Queries) InboxInsertManyIfAbsent(ctx context.Context, db DBTX, arg Inbo
 	return items, nil
 }
 
+const inboxPositionGet = `-- name: InboxPositionGet :one
+SELECT COALESCE((SELECT ack_floor FROM inbox_position
+                 WHERE consumer = $1 AND stream = $2), 0)::bigint
+`
+
+type InboxPositionGetParams struct {
+	Consumer string
+	Stream   string
+}
+
+// The stored ack floor of a consumer on a stream, 0 when none is stored.
+func (q *Queries) InboxPositionGet(ctx context.Context, db DBTX, arg InboxPositionGetParams) (int64, error) {
+	row := db.QueryRow(ctx, inboxPositionGet, arg.Consumer, arg.Stream)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
+const inboxPositionSet = `-- name: InboxPositionSet :exec
+INSERT INTO inbox_position (consumer, stream, ack_floor)
+VALUES ($1, $2, $3)
+ON CONFLICT (consumer, stream) DO UPDATE
+SET ack_floor = excluded.ack_floor, updated_at = now()
+`
+
+type InboxPositionSetParams struct {
+	Consumer string
+	Stream   string
+	AckFloor int64
+}
+
+// The consumer's ack floor as the server last reported it.
+func (q *Queries) InboxPositionSet(ctx context.Context, db DBTX, arg InboxPositionSetParams) error {
+	_, err := db.Exec(ctx, inboxPositionSet, arg.Consumer, arg.Stream, arg.AckFloor)
+	return err
+}
+
 const outboxClaimBatch = `-- name: OutboxClaimBatch :many
 SELECT id, event_id, nats_subject, headers, data, attempts
 FROM outbox

@@ -28,6 +28,13 @@ type Inbox struct {
 	ReceivedAt time.Time
 }
 
+type InboxPosition struct {
+	Consumer  string
+	Stream    string
+	AckFloor  int64
+	UpdatedAt time.Time
+}
+
 type Incident struct {
 	ID         int64
 	TripID     string

@@ -125,3 +125,15 @@ FROM (SELECT unnest(@sources::text[]) AS source,
              unnest(@seqs::bigint[]) AS seq) AS u
 ON CONFLICT DO NOTHING
 RETURNING source, event_id;
+
+-- name: InboxPositionSet :exec
+-- The consumer's ack floor as the server last reported it.
+INSERT INTO inbox_position (consumer, stream, ack_floor)
+VALUES (@consumer, @stream, @ack_floor)
+ON CONFLICT (consumer, stream) DO UPDATE
+SET ack_floor = excluded.ack_floor, updated_at = now();
+
+-- name: InboxPositionGet :one
+-- The stored ack floor of a consumer on a stream, 0 when none is stored.
+SELECT COALESCE((SELECT ack_floor FROM inbox_position
+                 WHERE consumer = @consumer AND stream = @stream), 0)::bigint;
