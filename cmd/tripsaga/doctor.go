@@ -1,0 +1,106 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/tripsaga/tripsaga/internal/doctor"
+)
+
+func doctorCmd() *cobra.Command {
+	var asJSON bool
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check the live JetStream configuration against the rules the guarantees rest on; exit non-zero on any violation",
+		Long: `doctor reads the live configuration from NATS (every event stream, its
+consumers, the cluster size) and checks it, with the settings every service
+runs with, against the rules the guarantees rest on. Each violation is
+printed with its reason and where the rule comes from:
+
+  relay-backoff        the relay's longest backoff (or LocalGrace) not below
+                       half of a stream's duplicate window
+  ack-wait-short       an inbox consumer's AckWait not longer than the
+                       slowest handler
+  ack-wait-default     a durable consumer's AckWait left to the server's 30 s
+  max-deliver-default  a durable consumer's MaxDeliver left unlimited (only a
+                       tripsaga inbox, which parks at delivery 25 itself,
+                       may have -1)
+  max-deliver-server   an inbox consumer with a server MaxDeliver (drops
+                       events without a trace)
+  stream-retention     a work-queue or interest stream
+  stream-storage       a memory stream
+  stream-max-age       a max age shorter than the longest replay (30 days),
+                       or longer than the inbox keeps its rows
+  stream-replicas      replicas above the cluster size
+  stream-missing       an event stream that does not exist yet
+
+Every service runs the same check at start and refuses to start on a
+violation (a missing stream is then created, not a violation).
+
+It reaches NATS by NATS_URL or, with --dir D, through the "tripsaga up
+--dir D" running there (D/up.env); with neither, through an up running in
+the default folder .tripsaga.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true, // a violation is no usage error
+		SilenceErrors: true, // main prints it
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			env, err := envForTool(dir, "NATS_URL")
+			if err != nil {
+				return fmt.Errorf("doctor: %w", err)
+			}
+			nc, err := nats.Connect(env.NATSURL, nats.Name("tripsaga-doctor"), nats.Timeout(5*time.Second))
+			if err != nil {
+				return fmt.Errorf("doctor: nats %s: %w", env.NATSURL, err)
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return fmt.Errorf("doctor: jetstream: %w", err)
+			}
+			cfg := doctor.DefaultConfig()
+			cfg.RequireStreams = true
+			fs, err := doctor.Check(cmd.Context(), nc, js, cfg)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				if fs == nil {
+					fs = []doctor.Finding{}
+				}
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(fs); err != nil {
+					return err
+				}
+			} else {
+				printFindings(w, env.NATSURL, fs)
+			}
+			if len(fs) > 0 {
+				return fmt.Errorf("doctor: %d violations", len(fs))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the findings as a JSON array (empty when all is well)")
+	cmd.Flags().StringVar(&dir, "dir", "", "use the tripsaga up running in this `folder` (its up.env) instead of NATS_URL")
+	return cmd
+}
+
+func printFindings(w io.Writer, url string, fs []doctor.Finding) {
+	if len(fs) == 0 {
+		fmt.Fprintf(w, "ok: the configuration on %s keeps every guarantee\n", url)
+		return
+	}
+	fmt.Fprintf(w, "%d violations on %s:\n", len(fs), url)
+	for _, f := range fs {
+		fmt.Fprintf(w, "\n%s  [%s]\n  %s\n  rule from: %s\n", f.Object, f.Rule, f.Reason, f.Source)
+	}
+}

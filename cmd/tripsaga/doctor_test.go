@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/doctor"
+	"github.com/tripsaga/tripsaga/internal/testenv"
+)
+
+func runDoctorCmd(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := doctorCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+// TestDoctor runs `tripsaga doctor` against an embedded server: a server
+// without streams, the default streams (no violation, exit 0), then a
+// memory work-queue CAR stream (two violations, exit non-zero).
+func TestDoctor(t *testing.T) {
+	srv := testenv.NATS(t)
+	t.Setenv("NATS_URL", srv.ClientURL())
+
+	out, err := runDoctorCmd(t, "--json")
+	require.Error(t, err, out)
+	var fs []doctor.Finding
+	require.NoError(t, json.Unmarshal([]byte(out), &fs), out)
+	require.Len(t, fs, 5, "every stream is missing: %s", out)
+	require.Equal(t, doctor.RuleStreamMissing, fs[0].Rule)
+
+	ctx := context.Background()
+	js := connectJS(t, srv.ClientURL())
+	require.NoError(t, events.EnsureStreams(ctx, js, events.Default))
+	out, err = runDoctorCmd(t, "--json")
+	require.NoError(t, err, out)
+	require.JSONEq(t, "[]", out)
+	out, err = runDoctorCmd(t)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "ok: the configuration on "+srv.ClientURL()+" keeps every guarantee")
+
+	require.NoError(t, js.DeleteStream(ctx, events.StreamCar))
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: events.StreamCar, Subjects: []string{"car.>"}, Retention: jetstream.WorkQueuePolicy,
+		Storage: jetstream.MemoryStorage, Duplicates: events.DuplicateWindow, MaxAge: events.MaxAge,
+	})
+	require.NoError(t, err)
+	out, err = runDoctorCmd(t, "--json")
+	require.ErrorContains(t, err, "2 violations")
+	fs = nil
+	require.NoError(t, json.Unmarshal([]byte(out), &fs), out)
+	require.Len(t, fs, 2, out)
+	rules := map[string]doctor.Finding{}
+	for _, f := range fs {
+		require.Equal(t, "stream CAR", f.Object)
+		rules[f.Rule] = f
+	}
+	require.Contains(t, rules[doctor.RuleStreamStorage].Reason, "loses every event when the NATS server restarts")
+	require.Contains(t, rules[doctor.RuleStreamRetention].Reason, "work-queue retention")
+	require.NotEmpty(t, rules[doctor.RuleStreamRetention].Source)
+
+	out, err = runDoctorCmd(t)
+	require.Error(t, err)
+	require.Contains(t, out, "2 violations on "+srv.ClientURL())
+	require.Contains(t, out, "stream CAR  [stream-storage]")
+	require.Contains(t, out, "rule from: ")
+}
+
+func connectJS(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
+}
