@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,7 +39,73 @@ const (
 // ErrUnknownOutcome is wrapped by every error that leaves the outcome
 // unknown: a timeout, a 5xx, a lost connection, an answer we cannot read.
 // The operation may or may not have happened; ask again by the same key.
+//
+// A company that misbehaves is unknown too, never success (issue 6, item
+// 4), whatever its status code says:
+//
+//   - a body that does not parse as one JSON object, or a 2xx (404 for a
+//     status) that lacks a field providers.md gives it ("key", the id
+//     field, "status", and for the card processor "amount_cents" and
+//     "currency");
+//   - a 2xx whose status word the contract does not know for that call
+//     (a create must say [Client.ActiveStatus], an undo
+//     [Client.UndoneStatus] or "none", a status one of [Client.Statuses]);
+//   - a 2xx naming another Idempotency-Key than the one sent, or another
+//     amount or currency than requested: a [*MismatchError];
+//   - 401 or 403 to a create or a status: a [*CredentialsError].
+//
+// The last two also wrap ErrUnknownOutcome but carry a type of their own,
+// because asking again by key will not fix them: the saga raises an
+// incident for a person while it goes on asking.
 var ErrUnknownOutcome = errors.New("provider: outcome unknown")
+
+// MismatchError is returned for a 2xx answer that names another
+// Idempotency-Key than the one sent, or (with the request known: [Client.Create],
+// [Client.StatusFor]) another value of a field the answer must echo
+// ([Client.Echo]: amount_cents and currency for the card processor). The
+// answer is about something else than what we asked, so it is never taken
+// as success: it wraps [ErrUnknownOutcome], and the same request is sent
+// again by the same key. The saga raises an incident at the first one
+// (forward_answer_mismatch, compensation_answer_mismatch).
+type MismatchError struct {
+	// Op is the call: "create", "status" or the undo verb.
+	Op string
+	// Field is the answer's field that disagrees: "key", "amount_cents", ...
+	Field string
+	// Want is what we sent (as JSON text for numbers), Got what came back.
+	Want, Got string
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("%s: %s answer names %s %s, not the %s sent", ErrUnknownOutcome, e.Op, e.Field, e.Got, e.Want)
+}
+
+// Unwrap returns [ErrUnknownOutcome].
+func (e *MismatchError) Unwrap() error { return ErrUnknownOutcome }
+
+// CredentialsError is returned when the company answers a create or a
+// status with 401 or 403 (expired or revoked credentials). It is not a
+// business rejection (providers.md's deciding answers are 409, 402 and
+// 422) and nothing happened at the company, but nothing will until a
+// person renews the credentials: it wraps [ErrUnknownOutcome], the step is
+// asked again by the same key, and the saga raises an incident
+// (company_credentials) at the first one. An undo answered 401/403 is a
+// [*RefusedError] instead.
+type CredentialsError struct {
+	// Op is the call: "create" or "status".
+	Op string
+	// Code is 401 or 403.
+	Code int
+	// Reason is the company's own words, or the status text.
+	Reason string
+}
+
+func (e *CredentialsError) Error() string {
+	return fmt.Sprintf("%s: %s refused for our credentials: %d %s", ErrUnknownOutcome, e.Op, e.Code, e.Reason)
+}
+
+// Unwrap returns [ErrUnknownOutcome].
+func (e *CredentialsError) Unwrap() error { return ErrUnknownOutcome }
 
 // RefusedError is returned by [Client.Undo] when the company refuses the
 // undo for good with a 4xx answer (e.g. 422 {"error":"card closed"}, 401
@@ -86,8 +153,21 @@ type Client struct {
 	// empty for the mail relay (an email cannot be unsent).
 	UndoVerb string
 	// ActiveStatus is the status of a resource that is in force and would
-	// need undoing: "held", "charged", "booked", "queued".
+	// need undoing: "held", "charged", "booked", "queued". A create's 2xx
+	// must say it.
 	ActiveStatus string
+	// UndoneStatus is the status word of an undo that took effect:
+	// "released", "refunded", "canceled"; empty for the mail relay.
+	UndoneStatus string
+	// Statuses are the status words GET /<Resource>/{key} may answer, as
+	// providers.md lists them; any other is an unknown outcome. Empty
+	// accepts any word.
+	Statuses []string
+	// Echo names the request fields a create's 2xx (and a status asked
+	// with [Client.StatusFor]) must carry with the same value:
+	// "amount_cents" and "currency" for the card processor (providers.md:
+	// 201 {"key","charge_id","status":"charged","amount_cents","currency"}).
+	Echo []string
 	// HTTP is the client used. Defaults to one without a timeout: the
 	// deadline comes from ctx.
 	HTTP *http.Client
@@ -164,11 +244,95 @@ func (c *Client) do(ctx context.Context, method, path, key string, body any) (an
 	}
 	a := answer{code: resp.StatusCode, body: map[string]any{}}
 	if len(bytes.TrimSpace(raw)) > 0 {
-		if err := json.Unmarshal(raw, &a.body); err != nil {
-			return answer{}, fmt.Errorf("%w: %s %s: %d with a body that is not JSON: %w", ErrUnknownOutcome, method, path, resp.StatusCode, err)
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		if err := dec.Decode(&a.body); err != nil || a.body == nil || dec.More() {
+			if err == nil {
+				err = errors.New("not one JSON object")
+			}
+			return answer{}, fmt.Errorf("%w: %s %s: %d with a body that does not parse: %w", ErrUnknownOutcome, method, path, resp.StatusCode, err)
 		}
+	} else if resp.StatusCode < 300 || resp.StatusCode == http.StatusNotFound {
+		// Every 2xx (and a status's 404) of providers.md has a body.
+		return answer{}, fmt.Errorf("%w: %s %s: %d without a body", ErrUnknownOutcome, method, path, resp.StatusCode)
 	}
 	return a, nil
+}
+
+// reason returns the company's own words in a 4xx answer: the body's
+// "error", "reason" or "status", or the status text.
+func (a answer) reason() string {
+	for _, k := range []string{"error", "reason", "status"} {
+		if why := str(a.body, k); why != "" {
+			return why
+		}
+	}
+	return http.StatusText(a.code)
+}
+
+// checkKey returns an error wrapping [ErrUnknownOutcome] unless the
+// answer's "key" is key: a [*MismatchError] when it names another.
+func (a answer) checkKey(op, key string) error {
+	got, ok := a.body["key"].(string)
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: %s %s: %d answer lacks its key", ErrUnknownOutcome, op, key, a.code)
+	case got != key:
+		return &MismatchError{Op: op, Field: "key", Want: key, Got: got}
+	}
+	return nil
+}
+
+// checkEcho returns an error wrapping [ErrUnknownOutcome] unless the
+// answer carries each [Client.Echo] field of req with req's value: a
+// [*MismatchError] when one differs. Fields req lacks are not checked.
+func (c *Client) checkEcho(op, key string, req map[string]any, a answer) error {
+	for _, f := range c.Echo {
+		want, ok := req[f]
+		if !ok {
+			continue
+		}
+		got, ok := a.body[f]
+		if !ok {
+			return fmt.Errorf("%w: %s %s: %d answer lacks %s", ErrUnknownOutcome, op, key, a.code, f)
+		}
+		if w, g := jsonText(want), jsonText(got); w != g {
+			return &MismatchError{Op: op, Field: f, Want: w, Got: g}
+		}
+	}
+	return nil
+}
+
+// jsonText is v as JSON text, a string without its quotes.
+func jsonText(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+// requestFields decodes a request body into its top-level fields, for
+// [Client.Echo]; nil when body is not a JSON object.
+func requestFields(body any) map[string]any {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var m map[string]any
+	if dec.Decode(&m) != nil {
+		return nil
+	}
+	return m
+}
+
+func isCredentials(code int) bool {
+	return code == http.StatusUnauthorized || code == http.StatusForbidden
 }
 
 func str(m map[string]any, k string) string {
@@ -179,8 +343,14 @@ func str(m map[string]any, k string) string {
 }
 
 // Create POSTs body to /<Resource> with the Idempotency-Key key. A deciding
-// answer is a Result (Done or Rejected); anything else is an error wrapping
-// [ErrUnknownOutcome].
+// answer is a Result: Done for a 200/201/202 that names key, the id field
+// and the status word [Client.ActiveStatus] (and echoes [Client.Echo]);
+// Rejected for 409 (sold out), 402 (declined) and 422 (refused), the
+// business answers of providers.md. Anything else is an error wrapping
+// [ErrUnknownOutcome]: a [*CredentialsError] for 401/403, a
+// [*MismatchError] for a 2xx about another key or amount, a plain one for
+// a body that does not parse or lacks its fields, an unknown status word,
+// or any other code. The same request may be sent again by the same key.
 func (c *Client) Create(ctx context.Context, key string, body any) (Result, error) {
 	a, err := c.do(ctx, http.MethodPost, "/"+c.Resource, key, body)
 	if err != nil {
@@ -189,6 +359,18 @@ func (c *Client) Create(ctx context.Context, key string, body any) (Result, erro
 	r := Result{Code: a.code, Status: str(a.body, "status"), Ref: str(a.body, c.IDField)}
 	switch a.code {
 	case http.StatusOK, http.StatusCreated, http.StatusAccepted:
+		if err := a.checkKey("create", key); err != nil {
+			return Result{}, err
+		}
+		if err := c.checkEcho("create", key, requestFields(body), a); err != nil {
+			return Result{}, err
+		}
+		if r.Ref == "" {
+			return Result{}, fmt.Errorf("%w: POST /%s: %d answer lacks %s", ErrUnknownOutcome, c.Resource, a.code, c.IDField)
+		}
+		if c.ActiveStatus != "" && r.Status != c.ActiveStatus {
+			return Result{}, fmt.Errorf("%w: POST /%s: %d answer with status %q, not %q", ErrUnknownOutcome, c.Resource, a.code, r.Status, c.ActiveStatus)
+		}
 		r.Outcome = Done
 	case http.StatusConflict:
 		r.Outcome, r.Reason = Rejected, "sold out"
@@ -199,15 +381,22 @@ func (c *Client) Create(ctx context.Context, key string, body any) (Result, erro
 		}
 	case http.StatusUnprocessableEntity:
 		r.Outcome, r.Reason = Rejected, "refused: "+str(a.body, "error")
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return Result{}, &CredentialsError{Op: "create", Code: a.code, Reason: a.reason()}
 	default:
 		return Result{}, fmt.Errorf("%w: POST /%s: unexpected %d", ErrUnknownOutcome, c.Resource, a.code)
 	}
 	return r, nil
 }
 
-// Undo POSTs /<Resource>/{key}/<UndoVerb>. It returns Undone, or None when
-// the company never saw key (nothing to undo); a 4xx refusal is a
-// [*RefusedError]; anything else is an error wrapping [ErrUnknownOutcome].
+// Undo POSTs /<Resource>/{key}/<UndoVerb>. It returns Undone for a 200
+// naming key with the status word [Client.UndoneStatus], or None for a 200
+// {"status":"none"} (the company never saw key: nothing to undo). A 4xx
+// other than 408, 425 and 429 (401/403 included) is a [*RefusedError].
+// Anything else is an error wrapping [ErrUnknownOutcome]: a
+// [*MismatchError] for a 200 naming another key, a plain one for a body
+// that does not parse, a status word the contract does not know, or any
+// other code.
 func (c *Client) Undo(ctx context.Context, key string) (Result, error) {
 	if c.UndoVerb == "" {
 		return Result{}, fmt.Errorf("provider: %s cannot be undone", c.Resource)
@@ -217,42 +406,67 @@ func (c *Client) Undo(ctx context.Context, key string) (Result, error) {
 		return Result{}, err
 	}
 	if a.code >= 400 && a.code < 500 && a.code != http.StatusRequestTimeout && a.code != http.StatusTooEarly && a.code != http.StatusTooManyRequests {
-		why := str(a.body, "error")
-		if why == "" {
-			why = str(a.body, "reason")
-		}
-		if why == "" {
-			why = str(a.body, "status")
-		}
-		if why == "" {
-			why = http.StatusText(a.code)
-		}
-		return Result{}, &RefusedError{Op: c.UndoVerb, Code: a.code, Reason: why}
+		return Result{}, &RefusedError{Op: c.UndoVerb, Code: a.code, Reason: a.reason()}
 	}
 	if a.code != http.StatusOK {
 		return Result{}, fmt.Errorf("%w: %s %s: unexpected %d", ErrUnknownOutcome, c.UndoVerb, key, a.code)
 	}
 	r := Result{Code: a.code, Status: str(a.body, "status"), Ref: str(a.body, c.IDField)}
-	if r.Status == "none" {
+	switch {
+	case r.Status == "none":
 		r.Outcome = None
-	} else {
+	case r.Status != "" && (c.UndoneStatus == "" || r.Status == c.UndoneStatus):
+		if err := a.checkKey(c.UndoVerb, key); err != nil {
+			return Result{}, err
+		}
 		r.Outcome = Undone
+	default:
+		return Result{}, fmt.Errorf("%w: %s %s: 200 answer with status %q, not %q or \"none\"", ErrUnknownOutcome, c.UndoVerb, key, r.Status, c.UndoneStatus)
 	}
 	return r, nil
 }
 
 // Status GETs /<Resource>/{key}: Done with the company's status word when
-// it holds a record, None on 404.
+// it holds a record (a 200 naming key with one of [Client.Statuses]), None
+// on 404 {"status":"none"}. Anything else is an error wrapping
+// [ErrUnknownOutcome]: a [*CredentialsError] for 401/403, a
+// [*MismatchError] for a 200 naming another key, a plain one for a body
+// that does not parse or lacks its key, an unknown status word, or any
+// other code.
 func (c *Client) Status(ctx context.Context, key string) (Result, error) {
+	return c.StatusFor(ctx, key, nil)
+}
+
+// StatusFor is [Client.Status] checked against the request sent under key:
+// a 200 must also echo its [Client.Echo] fields (the amount and currency
+// of a charge), or it is a [*MismatchError]. body nil checks nothing more.
+func (c *Client) StatusFor(ctx context.Context, key string, body any) (Result, error) {
 	a, err := c.do(ctx, http.MethodGet, "/"+c.Resource+"/"+url.PathEscape(key), "", nil)
 	if err != nil {
 		return Result{}, err
 	}
 	switch a.code {
 	case http.StatusOK:
-		return Result{Outcome: Done, Code: a.code, Status: str(a.body, "status"), Ref: str(a.body, c.IDField)}, nil
+		if err := a.checkKey("status", key); err != nil {
+			return Result{}, err
+		}
+		st := str(a.body, "status")
+		if st == "" || (len(c.Statuses) > 0 && !slices.Contains(c.Statuses, st)) {
+			return Result{}, fmt.Errorf("%w: GET %s: 200 answer with status %q, not one of %v", ErrUnknownOutcome, key, st, c.Statuses)
+		}
+		if body != nil {
+			if err := c.checkEcho("status", key, requestFields(body), a); err != nil {
+				return Result{}, err
+			}
+		}
+		return Result{Outcome: Done, Code: a.code, Status: st, Ref: str(a.body, c.IDField)}, nil
 	case http.StatusNotFound:
+		if st := str(a.body, "status"); st != "none" {
+			return Result{}, fmt.Errorf("%w: GET %s: 404 answer with status %q, not \"none\"", ErrUnknownOutcome, key, st)
+		}
 		return Result{Outcome: None, Code: a.code, Status: "none"}, nil
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return Result{}, &CredentialsError{Op: "status", Code: a.code, Reason: a.reason()}
 	}
 	return Result{}, fmt.Errorf("%w: GET %s: unexpected %d", ErrUnknownOutcome, key, a.code)
 }
@@ -318,20 +532,30 @@ func (c *Client) List(ctx context.Context, status string) ([]Record, error) {
 
 // Hotel returns the client of the hotel at baseURL ($HOTEL_URL).
 func Hotel(baseURL string) *Client {
-	return &Client{BaseURL: baseURL, Resource: "holds", IDField: "hold_id", UndoVerb: "release", ActiveStatus: "held"}
+	return &Client{
+		BaseURL: baseURL, Resource: "holds", IDField: "hold_id", UndoVerb: "release",
+		ActiveStatus: "held", UndoneStatus: "released", Statuses: []string{"held", "released"},
+	}
 }
 
 // Payments returns the client of the card processor ($PAYMENTS_URL).
 func Payments(baseURL string) *Client {
-	return &Client{BaseURL: baseURL, Resource: "charges", IDField: "charge_id", UndoVerb: "refund", ActiveStatus: "charged"}
+	return &Client{
+		BaseURL: baseURL, Resource: "charges", IDField: "charge_id", UndoVerb: "refund",
+		ActiveStatus: "charged", UndoneStatus: "refunded", Statuses: []string{"charged", "refunded", "declined"},
+		Echo: []string{"amount_cents", "currency"},
+	}
 }
 
 // Cars returns the client of the car firm ($CARS_URL).
 func Cars(baseURL string) *Client {
-	return &Client{BaseURL: baseURL, Resource: "bookings", IDField: "booking_id", UndoVerb: "cancel", ActiveStatus: "booked"}
+	return &Client{
+		BaseURL: baseURL, Resource: "bookings", IDField: "booking_id", UndoVerb: "cancel",
+		ActiveStatus: "booked", UndoneStatus: "canceled", Statuses: []string{"booked", "canceled"},
+	}
 }
 
 // Mail returns the client of the mail relay ($MAIL_URL).
 func Mail(baseURL string) *Client {
-	return &Client{BaseURL: baseURL, Resource: "messages", IDField: "message_id", ActiveStatus: "queued"}
+	return &Client{BaseURL: baseURL, Resource: "messages", IDField: "message_id", ActiveStatus: "queued", Statuses: []string{"queued"}}
 }
