@@ -366,24 +366,38 @@ func (c *company) performUndo(ctx context.Context, key string) (answer, error) {
 	return a, nil
 }
 
-// handleGet serves GET /<collection>/{key}.
+// handleGet serves GET /<collection>/{key}. An answer fault rule of the
+// company (bad_body, wrong_key, ...) applies here too.
 func (c *company) handleGet(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	rec, err := c.store.record(r.Context(), key)
-	if errors.Is(err, errNotFound) {
-		writeJSON(w, http.StatusNotFound, map[string]string{"status": "none"})
-		return
-	}
-	if err != nil {
+	var a answer
+	var req map[string]any
+	switch {
+	case errors.Is(err, errNotFound):
+		a = jsonAnswer(http.StatusNotFound, map[string]string{"status": "none"})
+	case err != nil:
 		c.reply(w, r, answer{}, fmt.Errorf("get %s: %w", key, err))
 		return
+	default:
+		res, err := c.resource(rec)
+		if err != nil {
+			c.reply(w, r, answer{}, err)
+			return
+		}
+		a = jsonAnswer(http.StatusOK, res)
+		req, _ = decodeObject(rec.Request)
 	}
-	res, err := c.resource(rec)
-	if err != nil {
-		c.reply(w, r, answer{}, err)
-		return
+	if rule := c.faults.takeForStatus(req); rule != nil {
+		c.log.InfoContext(r.Context(), "sim fault applied", "rule_id", rule.ID,
+			"op", "status", "fault", rule.Fault, "idempotency_key", key)
+		if rule.Fault == FaultUnauthorized {
+			a = unauthorizedAnswer(rule)
+		} else {
+			a = misanswer(rule, a)
+		}
 	}
-	writeJSON(w, http.StatusOK, res)
+	writeAnswer(w, a)
 }
 
 // handleList serves GET /<collection>?status=&trip_id=&after=&limit=:

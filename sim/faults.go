@@ -54,7 +54,46 @@ const (
 	// and nothing happens: a company refusing for good, e.g. a refund to a
 	// closed card. Applies to every op, replays included.
 	FaultRefuse = "refuse"
+
+	// The misbehaving companies of issue 6 (item 4): answers that break
+	// providers.md. They are our own test extension, never the simulators'
+	// normal behaviour. Each also applies to GET /<collection>/{key} of the
+	// keys the rule selects (matched against the key's stored request; a
+	// key with no record only by rules without Match), so asking by key
+	// gets the same wrong answer while the rule applies; Times counts those
+	// answers too. Lists are never affected.
+
+	// FaultBadBody performs the operation, then answers its status code
+	// with the first half of its body: JSON that does not parse.
+	FaultBadBody = "bad_body"
+	// FaultWrongKey performs the operation, then answers with "key" naming
+	// another key (the key sent followed by ":other"). Answers without a
+	// "key" ({"status":"none"}) are left alone.
+	FaultWrongKey = "wrong_key"
+	// FaultWrongAmount (op charge) performs the charge, then answers with
+	// amount_cents 100 times the amount charged (units taken for cents).
+	FaultWrongAmount = "wrong_amount"
+	// FaultUnknownStatus performs the operation, then answers a 2xx with
+	// the status word "pending_review", which the contract does not know.
+	FaultUnknownStatus = "unknown_status"
+	// FaultUnauthorized answers 401 {"error": Rule.Reason} (default
+	// "credentials expired") and nothing happens: expired credentials.
+	// Applies to every op, replays included.
+	FaultUnauthorized = "unauthorized"
 )
+
+// UnknownStatusWord is the status word [FaultUnknownStatus] answers.
+const UnknownStatusWord = "pending_review"
+
+// isAnswerFault reports whether f is one of the misbehaving-answer faults,
+// which also apply to GET /<collection>/{key}.
+func isAnswerFault(f string) bool {
+	switch f {
+	case FaultBadBody, FaultWrongKey, FaultWrongAmount, FaultUnknownStatus, FaultUnauthorized:
+		return true
+	}
+	return false
+}
 
 // Default delays of the faults that wait, used when Rule.DelayMS is 0.
 const (
@@ -91,7 +130,7 @@ type Rule struct {
 	// DelayMS (hang, commit_late, slow_answer), in milliseconds. Defaults to
 	// [HangDefault], [CommitLateDefault], [SlowAnswerDefault].
 	DelayMS int `json:"delay_ms,omitempty"`
-	// Reason (fault refuse only) is the refusal's "error" text.
+	// Reason (faults refuse and unauthorized) is the refusal's "error" text.
 	Reason string `json:"reason,omitempty"`
 	// Applied counts the requests the rule was applied to (read only).
 	Applied int `json:"applied,omitempty"`
@@ -139,12 +178,18 @@ func (r Rule) validate(ops []string) error {
 		if r.Op != OpCharge {
 			return fmt.Errorf("fault: declined applies to op charge, not %q", r.Op)
 		}
-	case FaultFail, FaultLoseAnswer, FaultHang, FaultCommitLate, FaultSlowAnswer, FaultRefuse:
+	case FaultWrongAmount:
+		if r.Op != OpCharge {
+			return fmt.Errorf("fault: wrong_amount applies to op charge, not %q", r.Op)
+		}
+	case FaultFail, FaultLoseAnswer, FaultHang, FaultCommitLate, FaultSlowAnswer, FaultRefuse,
+		FaultBadBody, FaultWrongKey, FaultUnknownStatus, FaultUnauthorized:
 	default:
-		return fmt.Errorf("fault: want one of sold_out, declined, fail, lose_answer, hang, commit_late, slow_answer, refuse, got %q", r.Fault)
+		return fmt.Errorf("fault: want one of sold_out, declined, fail, lose_answer, hang, commit_late, slow_answer, refuse, "+
+			"bad_body, wrong_key, wrong_amount, unknown_status, unauthorized, got %q", r.Fault)
 	}
-	if r.Reason != "" && r.Fault != FaultRefuse {
-		return fmt.Errorf("reason: applies to fault refuse only")
+	if r.Reason != "" && r.Fault != FaultRefuse && r.Fault != FaultUnauthorized {
+		return fmt.Errorf("reason: applies to faults refuse and unauthorized only")
 	}
 	if r.Times < 0 {
 		return fmt.Errorf("times: must not be negative, got %d", r.Times)
@@ -236,6 +281,61 @@ func (f *faultSet) take(op string, req map[string]any, business bool) *Rule {
 	return nil
 }
 
+// takeForStatus returns a copy of the first applicable answer fault rule
+// (any op of the company) for GET /<collection>/{key} of a key whose
+// stored request is req (nil: no record), and counts it as applied.
+func (f *faultSet) takeForStatus(req map[string]any) *Rule {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.rules {
+		if !isAnswerFault(r.Fault) || (r.Times > 0 && r.Applied >= r.Times) || !matches(r.Match, req) {
+			continue
+		}
+		r.Applied++
+		cp := r.Rule
+		return &cp
+	}
+	return nil
+}
+
+// misanswer returns a as a company applying the answer fault rule to it
+// (bad_body, wrong_key, wrong_amount, unknown_status) would answer it.
+func misanswer(rule *Rule, a answer) answer {
+	if rule.Fault == FaultBadBody {
+		return answer{status: a.status, body: a.body[:len(a.body)/2]}
+	}
+	m, err := decodeObject(a.body)
+	if err != nil {
+		return a
+	}
+	switch rule.Fault {
+	case FaultWrongKey:
+		k, ok := m["key"].(string)
+		if !ok {
+			return a
+		}
+		m["key"] = k + ":other"
+	case FaultWrongAmount:
+		n, ok := m["amount_cents"].(json.Number)
+		if !ok {
+			return a
+		}
+		v, err := n.Int64()
+		if err != nil {
+			return a
+		}
+		m["amount_cents"] = v * 100
+	case FaultUnknownStatus:
+		if _, ok := m["status"]; !ok || a.status >= 300 {
+			return a
+		}
+		m["status"] = UnknownStatusWord
+	default:
+		return a
+	}
+	return jsonAnswer(a.status, m)
+}
+
 func matches(match map[string]string, req map[string]any) bool {
 	for path, want := range match {
 		v, ok := lookup(req, path)
@@ -321,6 +421,14 @@ func (c *company) run(w http.ResponseWriter, r *http.Request, key string, rule *
 			why = "refused"
 		}
 		writeError(w, http.StatusUnprocessableEntity, why)
+	case FaultUnauthorized:
+		writeAnswer(w, unauthorizedAnswer(rule))
+	case FaultBadBody, FaultWrongKey, FaultWrongAmount, FaultUnknownStatus:
+		a, err := perform(ctx)
+		if err == nil {
+			a = misanswer(rule, a)
+		}
+		c.reply(w, r, a, err)
 	case FaultHang:
 		t := time.NewTimer(rule.delay())
 		defer t.Stop()
@@ -382,6 +490,14 @@ func (c *company) run(w http.ResponseWriter, r *http.Request, key string, rule *
 		a, err := perform(ctx)
 		c.reply(w, r, a, err)
 	}
+}
+
+func unauthorizedAnswer(rule *Rule) answer {
+	why := rule.Reason
+	if why == "" {
+		why = "credentials expired"
+	}
+	return errorAnswer(http.StatusUnauthorized, why)
 }
 
 // abortConnection closes the connection without writing an answer: the

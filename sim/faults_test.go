@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -326,5 +327,91 @@ func TestFaults(t *testing.T) {
 		require.Empty(t, rules)
 		status, _ = call(t, http.MethodPost, hotel+"/holds", "T-1:hotel", holdBody("T-1"))
 		require.Equal(t, http.StatusCreated, status)
+	})
+}
+
+func TestMisbehavingAnswers(t *testing.T) {
+	t.Parallel()
+
+	t.Run("BadBodyCommitsAndAnswersJSONThatDoesNotParseAlsoByKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		hotel := b.company("hotel")
+		addFault(t, hotel, Rule{Op: OpHold, Fault: FaultBadBody})
+		status, body := call(t, http.MethodPost, hotel+"/holds", "T-1:hotel", holdBody("T-1"))
+		require.Equal(t, http.StatusCreated, status)
+		require.False(t, json.Valid([]byte(body)), "not JSON: %s", body)
+		status, body = call(t, http.MethodGet, hotel+"/holds/T-1:hotel", "", nil)
+		require.Equal(t, http.StatusOK, status)
+		require.False(t, json.Valid([]byte(body)))
+		list, _ := items(t, hotel+"/holds")
+		require.Len(t, list, 1, "the hold was made; lists are never affected")
+
+		require.NoError(t, ClearFaults(context.Background(), hotel))
+		status, body = call(t, http.MethodPost, hotel+"/holds", "T-1:hotel", holdBody("T-1"))
+		require.Equal(t, http.StatusCreated, status)
+		require.Equal(t, "T-1:hotel", decode(t, body)["key"], "the stored first answer is replayed unharmed")
+	})
+
+	t.Run("WrongKeyNamesAnotherKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		cars := b.company("cars")
+		addFault(t, cars, Rule{Op: OpCancel, Fault: FaultWrongKey})
+		status, _ := call(t, http.MethodPost, cars+"/bookings", "T-1:car", bookingBody("T-1", "a@example.com"))
+		require.Equal(t, http.StatusCreated, status, "a rule of the undo op leaves the create alone")
+		status, body := call(t, http.MethodPost, cars+"/bookings/T-1:car/cancel", "", nil)
+		require.Equal(t, http.StatusOK, status)
+		require.Equal(t, "T-1:car:other", decode(t, body)["key"])
+		require.Equal(t, "canceled", decode(t, body)["status"])
+		_, body = call(t, http.MethodGet, cars+"/bookings/T-1:car", "", nil)
+		require.Equal(t, "T-1:car:other", decode(t, body)["key"])
+		_, body = call(t, http.MethodPost, cars+"/bookings/T-9:car/cancel", "", nil)
+		require.JSONEq(t, `{"status":"none"}`, body, "an answer without a key is left alone")
+	})
+
+	t.Run("WrongAmountOnlyForCharges", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		pay := b.company("payments")
+		addFault(t, pay, Rule{Op: OpCharge, Fault: FaultWrongAmount, Match: map[string]string{"card_token": "tok_x"}})
+		status, body := call(t, http.MethodPost, pay+"/charges", "T-1:charge", chargeBody("T-1", "tok_x", 250))
+		require.Equal(t, http.StatusCreated, status)
+		require.Equal(t, float64(25000), decode(t, body)["amount_cents"])
+		_, body = call(t, http.MethodGet, pay+"/charges/T-1:charge", "", nil)
+		require.Equal(t, float64(25000), decode(t, body)["amount_cents"])
+		_, body = call(t, http.MethodGet, pay+"/statements/tok_x", "", nil)
+		require.Contains(t, body, `"amount_cents":250`, "the card was charged the amount asked")
+		status, _ = call(t, http.MethodPost, b.company("hotel")+"/_faults", "", `{"op":"hold","fault":"wrong_amount"}`)
+		require.Equal(t, http.StatusUnprocessableEntity, status)
+	})
+
+	t.Run("UnknownStatusOnlyOn2xx", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		hotel := b.company("hotel")
+		addFault(t, hotel, Rule{Op: OpHold, Fault: FaultUnknownStatus})
+		status, body := call(t, http.MethodPost, hotel+"/holds", "T-1:hotel", holdBody("T-1"))
+		require.Equal(t, http.StatusCreated, status)
+		require.Equal(t, UnknownStatusWord, decode(t, body)["status"])
+		status, body = call(t, http.MethodGet, hotel+"/holds/T-2:hotel", "", nil)
+		require.Equal(t, http.StatusNotFound, status)
+		require.JSONEq(t, `{"status":"none"}`, body)
+	})
+
+	t.Run("UnauthorizedDoesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		mail := b.company("mail")
+		addFault(t, mail, Rule{Op: OpMessage, Fault: FaultUnauthorized, Times: 2})
+		status, body := call(t, http.MethodPost, mail+"/messages", "T-1:mail:confirmed", messageBody("T-1"))
+		require.Equal(t, http.StatusUnauthorized, status)
+		require.JSONEq(t, `{"error":"credentials expired"}`, body)
+		status, _ = call(t, http.MethodGet, mail+"/messages/T-1:mail:confirmed", "", nil)
+		require.Equal(t, http.StatusUnauthorized, status, "asking by key is refused too")
+		status, _ = call(t, http.MethodGet, mail+"/messages/T-1:mail:confirmed", "", nil)
+		require.Equal(t, http.StatusNotFound, status, "nothing happened; Times counts the GET")
+		status, _ = call(t, http.MethodPost, mail+"/messages", "T-1:mail:confirmed", messageBody("T-1"))
+		require.Equal(t, http.StatusAccepted, status)
 	})
 }
