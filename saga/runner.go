@@ -486,7 +486,7 @@ func (r *Runner) forward(ctx context.Context, claimed dbsqlc.Step) {
 		return r.cfg.Spec.Company.Create(ctx, claimed.IdempotencyKey, body)
 	})
 	if callErr != nil && ctx.Err() == nil {
-		res, callErr = r.learnForward(ctx, claimed.IdempotencyKey, res, callErr)
+		res, callErr = r.learnForward(ctx, claimed.IdempotencyKey, body, res, callErr)
 	}
 	if ctx.Err() != nil {
 		return // shutting down: the lease expires and the recovery pass asks again
@@ -510,10 +510,32 @@ func (r *Runner) forward(ctx context.Context, claimed dbsqlc.Step) {
 			}
 			row.NextAttemptAt = next
 			r.log.Info("saga: outcome unknown; will ask again by key", "trip_id", row.TripID, "key", row.IdempotencyKey, "attempt", row.Attempts, "err", callErr)
+			// A company that answers about another key or amount, or
+			// refuses our credentials, will not answer better when asked
+			// again: a person is told at once, and the asking goes on.
+			var mismatch *provider.MismatchError
+			if errors.As(callErr, &mismatch) {
+				if err := r.raise(ctx, tx, row, IncidentForwardAnswerMismatch, int(row.Attempts), callErr.Error()); err != nil {
+					return nil, err
+				}
+			}
+			var creds *provider.CredentialsError
+			if errors.As(callErr, &creds) {
+				if err := r.raise(ctx, tx, row, IncidentCompanyCredentials, int(row.Attempts), callErr.Error()); err != nil {
+					return nil, err
+				}
+			}
 			if r.cfg.Spec.Class == events.ForwardOnly && int(row.Attempts) >= r.t.IncidentAfter {
 				return nil, r.raise(ctx, tx, row, IncidentForwardStuck, int(row.Attempts), callErr.Error())
 			}
 			return nil, nil
+		}
+		if row.LastError != nil {
+			// An earlier attempt was unknown and may have raised an
+			// incident: the step settles on a good answer now.
+			if err := queries.IncidentResolve(ctx, tx, dbsqlc.IncidentResolveParams{TripID: row.TripID, Step: row.Step}); err != nil {
+				return nil, err
+			}
 		}
 		row.Outcome = new(fmt.Sprintf("%d %s", res.Code, res.Status))
 		row.FinishedAt = &now
@@ -542,13 +564,22 @@ func (r *Runner) forward(ctx context.Context, claimed dbsqlc.Step) {
 // learnForward asks the company's status by key (GET /<resource>/{key})
 // after a forward call whose outcome is unknown: a resource in force means
 // the step happened; a declined charge is a rejection; anything else stays
-// unknown and the same request is sent again later.
-func (r *Runner) learnForward(ctx context.Context, key string, res provider.Result, callErr error) (provider.Result, error) {
+// unknown and the same request is sent again later. The status is checked
+// against body when the company is a [StatusChecker] (a charge answered
+// with another amount is not in force for us). A status that fails is
+// joined to callErr, so a mismatch or a credentials refusal met on either
+// call raises its incident.
+func (r *Runner) learnForward(ctx context.Context, key string, body any, res provider.Result, callErr error) (provider.Result, error) {
 	st, err := r.call(ctx, "status", func(ctx context.Context) (provider.Result, error) {
+		if sc, ok := r.cfg.Spec.Company.(StatusChecker); ok {
+			return sc.StatusFor(ctx, key, body)
+		}
 		return r.cfg.Spec.Company.Status(ctx, key)
 	})
 	switch {
-	case err != nil || st.Outcome != provider.Done:
+	case err != nil:
+		return res, fmt.Errorf("%w; asked by key: %w", callErr, err)
+	case st.Outcome != provider.Done:
 		return res, callErr
 	case st.Status == r.cfg.Spec.ActiveStatus:
 		return st, nil
@@ -560,14 +591,15 @@ func (r *Runner) learnForward(ctx context.Context, key string, res provider.Resu
 
 // learnUndo asks the company's status by key after an undo whose outcome is
 // unknown: no record, or a record no longer in force, means the undo is
-// done (a record that appears later is caught by the verification).
+// done (a record that appears later is caught by the verification). A
+// status that fails is joined to callErr.
 func (r *Runner) learnUndo(ctx context.Context, key string, res provider.Result, callErr error) (provider.Result, error) {
 	st, err := r.call(ctx, "status", func(ctx context.Context) (provider.Result, error) {
 		return r.cfg.Spec.Company.Status(ctx, key)
 	})
 	switch {
 	case err != nil:
-		return res, callErr
+		return res, fmt.Errorf("%w; asked by key: %w", callErr, err)
 	case st.Outcome == provider.None:
 		return provider.Result{Outcome: provider.None, Code: st.Code, Status: "none"}, nil
 	case st.Status != r.cfg.Spec.ActiveStatus:
@@ -605,6 +637,13 @@ func (r *Runner) undo(ctx context.Context, claimed dbsqlc.Step) {
 			row.LastError = new(callErr.Error())
 			row.NextAttemptAt = now.Add(backoff(row.UndoAttempts, r.t.UndoBackoffMin, r.t.UndoBackoffMax))
 			r.log.Warn("saga: undo failed; will retry", "trip_id", row.TripID, "key", row.IdempotencyKey, "attempt", row.UndoAttempts, "err", callErr)
+			var mismatch *provider.MismatchError
+			if errors.As(callErr, &mismatch) {
+				// Never taken as undone; asking again will not fix it.
+				if err := r.raise(ctx, tx, row, IncidentCompensationAnswerMismatch, int(row.UndoAttempts), callErr.Error()); err != nil {
+					return nil, err
+				}
+			}
 			if int(row.UndoAttempts) >= r.t.IncidentAfter {
 				return nil, r.raise(ctx, tx, row, IncidentCompensationStuck, int(row.UndoAttempts), callErr.Error())
 			}
@@ -808,8 +847,10 @@ func updateIf(ctx context.Context, tx pgx.Tx, row dbsqlc.Step, was *dbsqlc.Step)
 	return n == 1, nil
 }
 
-// Incident is a problem raised for a person (compensation_stuck,
-// forward_stuck, forward_refused). Retries go on while it is open.
+// Incident is a problem raised for a person (the Incident kinds of this
+// package: compensation_stuck, compensation_refused, forward_stuck,
+// forward_refused, forward_answer_mismatch, compensation_answer_mismatch,
+// company_credentials). Retries go on while it is open.
 type Incident struct {
 	TripID     string     `json:"trip_id"`
 	Step       string     `json:"step"`

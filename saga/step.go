@@ -17,6 +17,11 @@
 //     again by the same key with backoff until the step's deadline; at the
 //     deadline the step is undone by key (the company answers "none" if it
 //     never happened) and published as failed.
+//   - A company that misbehaves (a body that does not parse, an unknown
+//     status word, an answer about another key or amount, 401/403 to a
+//     call) is unknown too, never success: asked again by the same key.
+//     An answer about another key or amount, and 401/403, raise an
+//     incident at once, since asking again will not fix them.
 //   - Compensations are retried until they succeed (generous backoff); after
 //     IncidentAfter attempts an incident is raised, and retries go on.
 //   - An undo that arrives before its step voids it (the step never runs).
@@ -65,14 +70,41 @@ const (
 	// (a 4xx such as 422 "card closed"); raised at the first refusal, and
 	// the undo is retried at the longest backoff until a person acts.
 	IncidentCompensationRefused = "compensation_refused"
+	// IncidentForwardAnswerMismatch: the company answered the step's call
+	// (or a status by its key) naming another Idempotency-Key, or another
+	// amount or currency than requested ([provider.MismatchError]). Never
+	// taken as success: the step stays unknown and is asked again by the
+	// same key, but asking again will not fix a company that answers
+	// wrongly, so it is raised at the first such answer. Resolved when the
+	// step settles on a good answer.
+	IncidentForwardAnswerMismatch = "forward_answer_mismatch"
+	// IncidentCompensationAnswerMismatch: the same for an undo's answer;
+	// the undo is retried by key and the row stays compensating.
+	IncidentCompensationAnswerMismatch = "compensation_answer_mismatch"
+	// IncidentCompanyCredentials: the company answered the step's call 401
+	// or 403 ([provider.CredentialsError]): not a business rejection, and
+	// nothing happened; the step stays unknown and is asked again by the
+	// same key while a person renews the credentials. Raised at the first
+	// one. (An undo answered 401/403 raises compensation_refused.)
+	IncidentCompanyCredentials = "company_credentials"
 )
 
 // Company is the port to the outside company of one step. provider.Client
-// implements it.
+// implements it. Every error that leaves the outcome unknown wraps
+// [provider.ErrUnknownOutcome]; a [*provider.MismatchError] or a
+// [*provider.CredentialsError] among them raises an incident.
 type Company interface {
 	Create(ctx context.Context, key string, body any) (provider.Result, error)
 	Undo(ctx context.Context, key string) (provider.Result, error)
 	Status(ctx context.Context, key string) (provider.Result, error)
+}
+
+// StatusChecker is an optional ability of a [Company]: a status by key
+// checked against the request sent under it (provider.Client's StatusFor
+// checks the amount and currency a charge answer echoes). The runner uses
+// it, when the Company has it, to learn an unknown forward outcome.
+type StatusChecker interface {
+	StatusFor(ctx context.Context, key string, body any) (provider.Result, error)
 }
 
 // Spec declares one step of one service.
