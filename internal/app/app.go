@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/doctor"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
@@ -101,7 +102,10 @@ type Process struct {
 }
 
 // Open connects to PostgreSQL (search_path = schema, after applying the
-// migration sets) and, when withNATS, to NATS, creating the streams.
+// migration sets) and, when withNATS, to NATS: it runs doctor.Check on the
+// live JetStream configuration with doctor.DefaultConfig (an error wrapping
+// doctor.ErrViolation names every violation, and the process must not
+// start), then creates the streams.
 func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets ...string) (*Process, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("service", name)
 	p := &Process{Name: name, Env: env, Log: log, Registry: prometheus.NewRegistry(), Mux: http.NewServeMux()}
@@ -133,6 +137,17 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 		if err != nil {
 			p.Close()
 			return nil, fmt.Errorf("jetstream: %w", err)
+		}
+		// The live configuration is checked before EnsureStreams, which
+		// would otherwise fail on (or quietly rewrite) a stream someone
+		// changed: a violation refuses the start, naming each one.
+		fs, err := doctor.Check(ctx, p.NATS, p.JS, doctor.DefaultConfig())
+		if err == nil {
+			err = doctor.Err(fs)
+		}
+		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("refusing to start: %w", err)
 		}
 		if err := events.EnsureStreams(ctx, p.JS, events.Default); err != nil {
 			p.Close()

@@ -1,0 +1,49 @@
+package app_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/internal/doctor"
+	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/services/hotel"
+)
+
+// TestServiceRefusesToStartOnViolation: the hotel service, started on a
+// server whose HOTEL stream is in memory, refuses to start, naming the
+// violation, and leaves the stream as it found it.
+func TestServiceRefusesToStartOnViolation(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.NATS(t)
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: events.StreamHotel, Subjects: []string{"hotel.>"}, Storage: jetstream.MemoryStorage,
+		Duplicates: events.DuplicateWindow, MaxAge: events.MaxAge,
+	})
+	require.NoError(t, err)
+
+	env := app.Env{
+		NATSURL: srv.ClientURL(), DatabaseURL: testenv.Postgres(t), HTTPAddr: "127.0.0.1:0",
+		HotelURL: "http://127.0.0.1:1",
+	}
+	err = hotel.Run(ctx, env)
+	require.ErrorIs(t, err, doctor.ErrViolation)
+	require.ErrorContains(t, err, "refusing to start")
+	require.ErrorContains(t, err, "stream HOTEL: "+doctor.RuleStreamStorage+": ")
+
+	s, err := js.Stream(ctx, events.StreamHotel)
+	require.NoError(t, err)
+	require.Equal(t, jetstream.MemoryStorage, s.CachedInfo().Config.Storage)
+	_, err = js.Stream(ctx, events.StreamCar)
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "no stream was created")
+}
