@@ -105,10 +105,12 @@ const (
 // Rule is one fault rule of one company, added with POST <company>/_faults
 // (or [AddFault]). A request that matches several rules gets the first one
 // in the order they were added: the first transport fault (fail,
-// lose_answer, hang, commit_late, slow_answer) when it arrives, and the
-// first business fault (sold_out, declined) when it is performed for a new
-// key. Transport faults also apply to replays of a stored key; business
-// faults only to new keys.
+// lose_answer, hang, commit_late, slow_answer, refuse, and the misbehaving
+// answers bad_body, wrong_key, wrong_amount, unknown_status, unauthorized)
+// when it arrives, and the first business fault (sold_out, declined) when
+// it is performed for a new key. Transport faults also apply to replays of
+// a stored key; business faults only to new keys. The misbehaving answers
+// also apply to GET /<collection>/{key}.
 type Rule struct {
 	// ID is set by the company when the rule is added, e.g. "F-1".
 	ID string `json:"id,omitempty"`

@@ -14,7 +14,8 @@
 //
 // Each company also accepts fault rules at <prefix>/_faults (see [Rule]),
 // so tests and the demo can make it sell out, decline, fail, lose answers,
-// hang, commit late or answer slowly. [AddFault] and [ClearFaults] are a
+// hang, commit late or answer slowly, or misbehave: answer a body that does
+// not parse, another key, another amount, an unknown status word, or 401. [AddFault] and [ClearFaults] are a
 // small client for them. Fault rules live in memory: a restart forgets
 // them, while records stay.
 //
