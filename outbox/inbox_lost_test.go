@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
 // errorLog is a slog handler that keeps the messages of error records.
@@ -265,4 +268,52 @@ func TestInboxStartSeq(t *testing.T) {
 	seq, err = in.StartSeq(ctx)
 	require.NoError(t, err)
 	require.Zero(t, seq, "the stream ends before the position: deliver all")
+}
+
+// TestInboxNATSRestartIsNotALoss: a NATS server stopped and started again
+// on its store keeps the consumer (same creation time, same ack floor), so
+// the inbox counts no loss and goes on.
+func TestInboxNATSRestartIsNotALoss(t *testing.T) {
+	t.Parallel()
+	pool, _ := testenv.SchemaPool(t, "svc", tripsql.SetSaga)
+	srv, opts := testenv.NATSWith(t, nil)
+	opts.Port = srv.Addr().(*net.TCPAddr).Port
+	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, events.EnsureStreams(ctx, js, events.Default))
+	b := &bundle{pool: pool, js: js, nc: nc}
+	effect, effects := effectsTable(t, b)
+	reg := prometheus.NewRegistry()
+	metrics, err := NewInboxMetrics(reg)
+	require.NoError(t, err)
+	in, err := NewInbox(InboxConfig{
+		Name: "restart", Stream: events.StreamHotel, FilterSubjects: []string{"hotel.held.>"},
+		Types: []string{events.HotelHeld}, Pool: pool, JetStream: js, Handler: effect,
+		Metrics: metrics, WatchInterval: 50 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	runInbox(t, in)
+	for i := range 20 {
+		publishEvent(t, js, newEvent(t, fmt.Sprintf("T-a%d", i)))
+	}
+	testenv.Eventually(t, func() bool { _, d := effects(); return d == 20 }, "the first events are handled")
+
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	srv2, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go srv2.Start()
+	t.Cleanup(func() { srv2.Shutdown(); srv2.WaitForShutdown() })
+	require.True(t, srv2.ReadyForConnections(10*time.Second))
+	testenv.Eventually(t, nc.IsConnected, "the client reconnects")
+	for i := range 20 {
+		publishEvent(t, js, newEvent(t, fmt.Sprintf("T-b%d", i)))
+	}
+	testenv.Eventually(t, func() bool { _, d := effects(); return d == 40 }, "the events after the restart are handled")
+	testenv.Eventually(t, func() bool { return in.Check(ctx) == nil }, "the inbox is ready")
+	require.Zero(t, lostCount(t, reg, "restart"), "a restart is not a lost consumer")
 }
