@@ -8,8 +8,9 @@
 // The rules (each [Finding]'s Rule):
 //
 //   - relay-backoff: the outbox relay's longest backoff and its LocalGrace
-//     must stay well inside (below half of) each stream's duplicate window,
-//     or a re-publish after the window is stored twice (NATS docs, "Message
+//     must stay well inside (below half of) the duplicate window of each
+//     stream it publishes to (all but the dead-letter stream), or a
+//     re-publish after the window is stored twice (NATS docs, "Message
 //     Deduplication"; field notes, JetStream; nats-server #7302).
 //   - ack-wait-short: a tripsaga inbox consumer's AckWait must exceed the
 //     slowest handler (a batch transaction plus its wait in the client's
@@ -231,10 +232,11 @@ func Check(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		if dup == 0 {
 			dup = 2 * time.Minute // the server's default
 		}
-		if cfg.RelayBackoffMax >= dup/2 {
+		relayed := sc.Name != events.StreamDeadLetter // the relay publishes to every stream but this one
+		if relayed && cfg.RelayBackoffMax >= dup/2 {
 			add(RuleRelayBackoff, obj, srcDedup, "the relay's longest backoff %s is not well inside (below half of) the %s duplicate window: a re-publish after the window is stored twice", cfg.RelayBackoffMax, dup)
 		}
-		if cfg.RelayLocalGrace >= dup/2 {
+		if relayed && cfg.RelayLocalGrace >= dup/2 {
 			add(RuleRelayBackoff, obj, srcDedup, "the relay's LocalGrace %s is not well inside (below half of) the %s duplicate window: a re-publish after the window is stored twice", cfg.RelayLocalGrace, dup)
 		}
 		switch sc.Retention {

@@ -214,6 +214,19 @@ func TestRules(t *testing.T) {
 	}
 }
 
+// TestDeadLetterWindowNotTheRelays: the relay never publishes to the
+// dead-letter stream, so its duplicate window is not held against the
+// relay's backoff.
+func TestDeadLetterWindowNotTheRelays(t *testing.T) {
+	nc, js := streams(t)
+	c := goodStream(events.StreamDeadLetter)
+	c.Duplicates = 30 * time.Second
+	replaceStream(t, js, c)
+	fs, err := doctor.Check(context.Background(), nc, js, doctor.DefaultConfig())
+	require.NoError(t, err)
+	require.Empty(t, fs)
+}
+
 // TestMissingStreams: tripsaga doctor (RequireStreams) names every stream
 // no service has created yet; at a service's start they are no finding.
 func TestMissingStreams(t *testing.T) {
