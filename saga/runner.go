@@ -674,7 +674,9 @@ func (r *Runner) undo(ctx context.Context, claimed dbsqlc.Step) {
 }
 
 // verify asks the company again about an undone step, in case it committed
-// late, and undoes it again if it did.
+// late, and undoes it again if it did. An answer that is unknown or breaks
+// the contract (see provider.ErrUnknownOutcome) decides nothing: the
+// question is asked again after VerifyAfter/2.
 func (r *Runner) verify(ctx context.Context, claimed dbsqlc.Step) {
 	res, callErr := r.call(ctx, "status", func(ctx context.Context) (provider.Result, error) {
 		return r.cfg.Spec.Company.Status(ctx, claimed.IdempotencyKey)
@@ -684,6 +686,9 @@ func (r *Runner) verify(ctx context.Context, claimed dbsqlc.Step) {
 	}
 	err := r.inTx(ctx, claimed, func(tx pgx.Tx, row *dbsqlc.Step) ([]event.Event, error) {
 		if callErr != nil {
+			// Unknown, or an answer that breaks the contract: never taken
+			// as "nothing there"; asked again.
+			r.log.Warn("saga: verification unanswered; will ask again by key", "trip_id", row.TripID, "key", row.IdempotencyKey, "err", callErr)
 			v := time.Now().Add(r.t.VerifyAfter / 2)
 			row.VerifyAt = &v
 			return nil, nil
