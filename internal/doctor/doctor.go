@@ -126,6 +126,10 @@ type Config struct {
 	// InboxMaxDeliver is the delivery at which an inbox parks a failing
 	// event (outbox.InboxConfig.MaxDeliver); at least 2.
 	InboxMaxDeliver int
+	// InboxAckWait is the AckWait the process's inboxes create their
+	// consumers with (outbox.InboxConfig.AckWait); it must exceed
+	// SlowestHandler, as must every live inbox consumer's.
+	InboxAckWait time.Duration
 	// SlowestHandler is the longest an inbox handler may take (see
 	// [SlowestHandlerDefault]); an inbox consumer's AckWait must exceed it.
 	SlowestHandler time.Duration
@@ -165,6 +169,7 @@ func DefaultConfig() Config {
 		RelayBackoffMax: outbox.RelayBackoffMaxDefault,
 		RelayLocalGrace: outbox.RelayLocalGraceDefault,
 		InboxMaxDeliver: outbox.InboxMaxDeliverDefault,
+		InboxAckWait:    outbox.InboxAckWaitDefault,
 		SlowestHandler:  SlowestHandlerDefault,
 		ReplayWindow:    events.MaxAge,
 		StreamReplicas:  1,
@@ -202,6 +207,9 @@ func Check(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	}
 	if cfg.InboxMaxDeliver < 2 {
 		add(RuleMaxDeliverDefault, "inbox configuration", srcDefaults, "the inbox's MaxDeliver %d is below 2: it would park an event at its first failure", cfg.InboxMaxDeliver)
+	}
+	if cfg.InboxAckWait <= cfg.SlowestHandler {
+		add(RuleAckWaitShort, "inbox configuration", srcAckWait, "the inboxes' AckWait %s is not longer than the slowest handler (%s): an event still being handled would be redelivered", cfg.InboxAckWait, cfg.SlowestHandler)
 	}
 	var infos []*jetstream.StreamInfo
 	for _, name := range cfg.Streams {

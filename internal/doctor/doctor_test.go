@@ -99,6 +99,13 @@ func TestRules(t *testing.T) {
 			source: []string{"nats.go #1929"},
 		},
 		{
+			name: "inboxes configured with an AckWait shorter than the slowest handler",
+			cfg:  func(c *doctor.Config) { c.InboxAckWait = time.Second },
+			rule: doctor.RuleAckWaitShort, obj: "inbox configuration",
+			reason: []string{"AckWait 1s", "slowest handler (2s)"},
+			source: []string{"nats.go #1929"},
+		},
+		{
 			name: "AckWait left to the default",
 			setup: func(t *testing.T, js jetstream.JetStream) {
 				c := inboxConsumer("payment")
