@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"time"
@@ -71,7 +70,7 @@ func serveSim(ctx context.Context, env app.Env) error {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ready\n")) })
 	mux.Handle("GET /metrics", promhttp.Handler())
-	ln, err := net.Listen("tcp", env.HTTPAddr)
+	ln, err := app.Listen(env.HTTPAddr)
 	if err != nil {
 		return err
 	}

@@ -225,7 +225,7 @@ func (p *Process) Serve(ctx context.Context) error {
 	p.Mux.Handle("GET /metrics", promhttp.HandlerFor(p.Registry, promhttp.HandlerOpts{}))
 	p.Mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	p.Mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	ln, err := net.Listen("tcp", p.Env.HTTPAddr)
+	ln, err := Listen(p.Env.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("HTTP_ADDR %s: %w", p.Env.HTTPAddr, err)
 	}
@@ -241,4 +241,32 @@ func (p *Process) Serve(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// ListenFDEnv names the environment variable by which a supervisor
+// (tripsaga up) hands a process the listening socket of its HTTP_ADDR as an
+// inherited file descriptor, as systemd's socket activation does: the port
+// stays the process's across restarts and no other program can take it
+// between the supervisor choosing it and the process binding it.
+const ListenFDEnv = "TRIPSAGA_LISTEN_FD"
+
+// Listen returns the listener of the inherited socket named by
+// TRIPSAGA_LISTEN_FD (a file descriptor number) when it is set, and
+// otherwise listens on addr (TCP).
+func Listen(addr string) (net.Listener, error) {
+	v := os.Getenv(ListenFDEnv)
+	if v == "" {
+		return net.Listen("tcp", addr)
+	}
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return nil, fmt.Errorf("%s=%q: want an inherited file descriptor number (3 or more)", ListenFDEnv, v)
+	}
+	f := os.NewFile(uintptr(fd), "listener")
+	defer f.Close() // FileListener dups it
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%d: %w", ListenFDEnv, fd, err)
+	}
+	return ln, nil
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
 )
 
@@ -79,9 +80,11 @@ type Stack struct {
 	pg       *pgcluster.Cluster
 	mu       sync.Mutex
 	procs    map[string]*child
-	stopped  bool
-	quit     chan struct{} // closed by Stop: ends the watch of PostgreSQL and NATS
-	watching sync.WaitGroup
+	// listeners are the processes' HTTP sockets, open for the stack's life.
+	listeners map[string]*net.TCPListener
+	stopped   bool
+	quit      chan struct{} // closed by Stop: ends the watch of PostgreSQL and NATS
+	watching  sync.WaitGroup
 }
 
 // PortInUseError is returned by [Start] when Config.BasePort is set and
@@ -105,6 +108,31 @@ type child struct {
 	done     chan struct{}
 	restarts int
 	killed   bool // by Stack.Kill, on purpose; guarded by Stack.mu
+	started  time.Time
+	// quickExits counts exits in a row within 5 s of a start (guarded by
+	// Stack.mu), for the restart backoff.
+	quickExits int
+}
+
+// lastLogLine returns the last non-blank line of the log file at path
+// (its last 4 kB), or "".
+func lastLogLine(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(st.Size()-4096, 0)
+	buf := make([]byte, st.Size()-off)
+	if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(buf)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 // URL returns the base URL of a process ("http://127.0.0.1:port").
@@ -141,7 +169,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Stack{cfg: cfg, Addr: map[string]string{}, procs: map[string]*child{}, lock: lock, quit: make(chan struct{})}
+	s := &Stack{cfg: cfg, Addr: map[string]string{}, procs: map[string]*child{}, listeners: map[string]*net.TCPListener{}, lock: lock, quit: make(chan struct{})}
 	if err := s.start(ctx); err != nil {
 		s.Stop()
 		return nil, err
@@ -197,14 +225,21 @@ func (s *Stack) start(ctx context.Context) error {
 				"pid", pg.Pid(), "port", pg.Port, "data", pg.DataDir)
 		}
 	}
+	// The supervisor listens on every process's address itself and hands
+	// the socket to the process (app.ListenFDEnv): a free port cannot be
+	// taken by another program before the process binds it, and a
+	// restarted process gets the same socket.
 	for i, name := range Processes {
 		port := 0
 		if cfg.BasePort != 0 {
 			port = cfg.BasePort + 1 + i
-		} else if port, err = freePort(); err != nil {
-			return err
 		}
-		s.Addr[name] = "127.0.0.1:" + strconv.Itoa(port)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			return &PortInUseError{Port: port, For: name, Err: err}
+		}
+		s.listeners[name] = l.(*net.TCPListener)
+		s.Addr[name] = l.Addr().String()
 	}
 	for _, name := range Processes {
 		if err := s.startChild(name); err != nil {
@@ -368,6 +403,16 @@ func (s *Stack) startChild(name string) error {
 	cmd := exec.Command(s.cfg.Binary, "serve", name)
 	cmd.Env = s.env(name)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if l := s.listeners[name]; l != nil {
+		f, err := l.File() // a dup: the child's fd 3
+		if err != nil {
+			logf.Close()
+			return fmt.Errorf("stack: socket of %s: %w", name, err)
+		}
+		defer f.Close()
+		cmd.ExtraFiles = []*os.File{f}
+		cmd.Env = append(cmd.Env, app.ListenFDEnv+"=3")
+	}
 	// Own process group: a Ctrl-C at the terminal reaches the supervisor,
 	// which stops the services in order. Pdeathsig: if the supervisor itself
 	// is killed, its children get SIGTERM instead of living on as orphans.
@@ -376,10 +421,11 @@ func (s *Stack) startChild(name string) error {
 		logf.Close()
 		return fmt.Errorf("stack: start %s: %w", name, err)
 	}
-	c := &child{name: name, cmd: cmd, done: make(chan struct{})}
+	c := &child{name: name, cmd: cmd, done: make(chan struct{}), started: time.Now()}
 	s.mu.Lock()
 	if old := s.procs[name]; old != nil {
 		c.restarts = old.restarts + 1
+		c.quickExits = old.quickExits
 	}
 	s.procs[name] = c
 	s.mu.Unlock()
@@ -393,12 +439,23 @@ func (s *Stack) startChild(name string) error {
 		if stopped {
 			return
 		}
+		// A process that keeps dying at once is restarted less and less
+		// often (200 ms doubling to 10 s), and its last log line says why.
+		delay := 200 * time.Millisecond
+		s.mu.Lock()
+		if time.Since(c.started) < 5*time.Second && !killed {
+			c.quickExits++
+			delay = min(delay<<min(c.quickExits-1, 6), 10*time.Second)
+		} else {
+			c.quickExits = 0
+		}
+		s.mu.Unlock()
 		if killed {
 			s.cfg.Logger.Warn("process exited; restarting", "process", name, "err", err, "cause", "Stack.Kill, on purpose")
 		} else {
-			s.cfg.Logger.Warn("process exited; restarting", "process", name, "err", err)
+			s.cfg.Logger.Warn("process exited; restarting", "process", name, "err", err, "in", delay, "last_log", lastLogLine(s.LogPath(name)), "log", s.LogPath(name))
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(delay)
 		s.mu.Lock()
 		stopped = s.stopped
 		s.mu.Unlock()
@@ -501,6 +558,9 @@ func (s *Stack) Stop() {
 			s.cfg.Logger.Error("postgres stop", "err", err)
 		}
 	}
+	for _, l := range s.listeners {
+		_ = l.Close()
+	}
 	if s.nats != nil {
 		s.nats.Shutdown()
 		s.nats.WaitForShutdown()
@@ -514,13 +574,4 @@ func (s *Stack) Stop() {
 func lastLine(err error) string {
 	lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
 	return strings.TrimSpace(lines[len(lines)-1])
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

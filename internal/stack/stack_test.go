@@ -150,6 +150,20 @@ func TestStackSupervisesItsFolderAndDependencies(t *testing.T) {
 	var log syncBuffer
 	s := startStack(t, dir, &log)
 
+	t.Run("a process keeps its socket while it restarts, so no other program takes its port", func(t *testing.T) {
+		addr := s.Addr["car"]
+		if _, err := s.Kill("car"); err != nil {
+			t.Fatalf("kill car: %v", err)
+		}
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			t.Fatalf("%s could be taken while car was down", addr)
+		}
+		require.NoError(t, s.WaitReady(context.Background(), "car"))
+		require.Equal(t, addr, s.Addr["car"])
+		bookConfirmed(t, s)
+	})
+
 	t.Run("a second stack on the folder is refused", func(t *testing.T) {
 		for _, port := range []int{0, 47400} {
 			_, err := Start(context.Background(), Config{Dir: dir, Binary: binary, BasePort: port})
