@@ -46,7 +46,7 @@ Both reach PostgreSQL by DATABASE_URL, or, with --dir D, through the
 "tripsaga up --dir D" running there; with neither, through an up running in
 the default folder .tripsaga.`,
 	}
-	cmd.PersistentFlags().StringVar(&dir, "dir", "", "use the `tripsaga up` running in this folder instead of DATABASE_URL")
+	cmd.PersistentFlags().StringVar(&dir, "dir", "", "`folder` of a running tripsaga up to use instead of DATABASE_URL")
 	cmd.PersistentFlags().StringSliceVar(&services, "service", outboxServices, "services whose outbox to use: "+strings.Join(outboxServices, ", "))
 
 	var asJSON, waiting bool
@@ -106,13 +106,25 @@ the default folder .tripsaga.`,
 				return enc.Encode(out)
 			}
 			total := 0
+			done := map[string]bool{}
 			for _, r := range out {
 				total += len(r.Events)
 				for _, id := range r.Events {
+					done[id] = true
 					fmt.Fprintf(w, "re-driven  %-8s %s\n", r.Service, id)
 				}
 			}
 			fmt.Fprintf(w, "%d events re-driven; each service's relay publishes them now\n", total)
+			var missing []string
+			for _, id := range ids {
+				if !done[id] {
+					missing = append(missing, id)
+				}
+			}
+			if len(missing) > 0 {
+				return fmt.Errorf("not quarantined in the outbox of %s (unknown, already published, or waiting out an outage; see `tripsaga outbox list --waiting`): %s",
+					strings.Join(services, ", "), strings.Join(missing, ", "))
+			}
 			return nil
 		},
 	}

@@ -62,7 +62,9 @@ func TestOutboxListAndRedrive(t *testing.T) {
 	require.ErrorContains(t, err, `--service "flights"`)
 
 	out, err = runOutboxCmd(t, "redrive", "--service", "hotel", "E-bad", "E-wait")
-	require.NoError(t, err, out)
+	require.ErrorContains(t, err, "not quarantined in the outbox of hotel", "an id that was not re-driven is named")
+	require.ErrorContains(t, err, "E-wait")
+	require.NotContains(t, err.Error(), "E-bad")
 	require.Contains(t, out, "1 events re-driven")
 	var quarantined bool
 	var attempts int

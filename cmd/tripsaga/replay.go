@@ -61,6 +61,9 @@ neither, through an up running in the default folder .tripsaga.`,
 				fmt.Fprintf(w, "projections that can be replayed (tripsaga replay <name>):\n%s", projectionList())
 				return nil
 			}
+			if batch < 1 {
+				return fmt.Errorf("--batch %d: want at least 1 event per transaction", batch)
+			}
 			name := args[0]
 			if name != reconciler.ProjectionName {
 				return fmt.Errorf("replay %q: %w; these can be replayed:\n%s", name, errUnknownProjection, strings.TrimRight(projectionList(), "\n"))
@@ -94,7 +97,7 @@ neither, through an up running in the default folder .tripsaga.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the stats as JSON")
 	cmd.Flags().IntVar(&batch, "batch", reconciler.ReplayBatchSizeDefault, "events applied per transaction")
-	cmd.Flags().StringVar(&dir, "dir", "", "use the `tripsaga up` running in this folder (its up.env) instead of NATS_URL and DATABASE_URL")
+	cmd.Flags().StringVar(&dir, "dir", "", "`folder` of a running tripsaga up (its up.env) to use instead of NATS_URL and DATABASE_URL")
 	return cmd
 }
 

@@ -37,6 +37,9 @@ postgres OS user; up never changes the modes of the folders above D: when
 postgres cannot reach D/pg, the cluster lives in /var/lib/tripsaga/postgres
 (for a D in the temp folder, in the temp folder), linked from D/pg/data.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if n := len(stack.Processes); basePort != 0 && (basePort < 1024 || basePort > 65535-n) {
+				return fmt.Errorf("--port %d: want 0 (any free ports) or 1024 to %d (NATS listens on it, the processes on the next %d ports)", basePort, 65535-n, n)
+			}
 			abs, err := filepath.Abs(dir)
 			if err != nil {
 				return err
