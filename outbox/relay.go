@@ -73,6 +73,11 @@ type RelayConfig struct {
 	// publish failed) is claimed and published like any other. It must be
 	// well inside events.DuplicateWindow. Defaults to 5 s.
 	LocalGrace time.Duration
+	// EnsureStreams, when set, is called when publishes fail for want of a
+	// stream (CauseNoStream: a stream deleted at runtime), at most once per
+	// 10 s, to create the service's streams again as its start does
+	// (e.g. events.EnsureStreams); the waiting events then go out.
+	EnsureStreams func(context.Context) error
 	// Logger defaults to a discard logger.
 	Logger *slog.Logger
 	// Registerer, when set, receives the relay's Prometheus metrics.
@@ -238,6 +243,7 @@ func (r *Relay) Run(ctx context.Context) error {
 					return nil
 				}
 				r.logBatchError(err)
+				r.ensureStreams(ctx, err)
 				if n == 0 {
 					break
 				}
@@ -296,6 +302,46 @@ func (r *Relay) logBatchError(err error) {
 		return
 	}
 	r.cfg.Logger.Error("outbox relay batch failed; retrying", "err", err)
+}
+
+// ensureStreams calls RelayConfig.EnsureStreams after an outage for want
+// of a stream, at most once per 10 s.
+func (r *Relay) ensureStreams(ctx context.Context, err error) {
+	var oe *OutageError
+	if r.cfg.EnsureStreams == nil || !errors.As(err, &oe) {
+		return
+	}
+	noStream := false
+	for _, e := range unwrapJoin(err) {
+		if errors.As(e, &oe) && oe.Cause == CauseNoStream {
+			noStream = true
+		}
+	}
+	if !noStream {
+		return
+	}
+	r.mu.Lock()
+	quiet := time.Since(r.logged["ensure"]) < 10*time.Second
+	if !quiet {
+		r.logged["ensure"] = time.Now()
+	}
+	r.mu.Unlock()
+	if quiet {
+		return
+	}
+	if err := r.cfg.EnsureStreams(ctx); err != nil {
+		r.cfg.Logger.Error("outbox relay: cannot create the streams again", "err", err)
+		return
+	}
+	r.cfg.Logger.Warn("outbox relay: events found no stream; the service's streams were created again")
+}
+
+// unwrapJoin returns the errors joined in err (errors.Join), or err.
+func unwrapJoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 func (r *Relay) listen(ctx context.Context) {

@@ -170,6 +170,32 @@ func TestRelayCauses(t *testing.T) {
 		require.Empty(t, details)
 	})
 
+	t.Run("AStreamDeletedAtRuntimeIsCreatedAgainAndItsEventsGoOut", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		require.NoError(t, b.js.DeleteStream(ctx, events.StreamHotel))
+		var good []event.Event
+		for i := range 20 {
+			good = append(good, newEvent(t, fmt.Sprintf("T-%d", i)))
+		}
+		writeEvents(t, b, good...)
+		r, err := NewRelay(RelayConfig{
+			Pool: b.pool, JetStream: b.js, BackoffMax: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond,
+			EnsureStreams: func(ctx context.Context) error { return events.EnsureStreams(ctx, b.js, events.Default) },
+		})
+		require.NoError(t, err)
+		go func() { _ = r.Run(ctx) }()
+		testenv.Eventually(t, func() bool {
+			n, err := Pending(context.Background(), b.pool)
+			return err == nil && n == 0
+		}, "every event is published once the stream is back")
+		msgs, distinct := countStream(t, b.js, events.StreamHotel)
+		require.Equal(t, 20, msgs)
+		require.Equal(t, 20, distinct)
+	})
+
 	t.Run("AFullDiskIsAnOutageAndEverythingIsPublishedOnceWhenSpaceReturns", func(t *testing.T) {
 		t.Parallel()
 		pool, _ := testenv.SchemaPool(t, "svc", tripsql.SetSaga)

@@ -74,7 +74,10 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	if cfg.Build == nil {
 		return nil, fmt.Errorf("%w: Build is required", ErrInvalidConfig)
 	}
-	relay, err := outbox.NewRelay(outbox.RelayConfig{Pool: cfg.Pool, JetStream: cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	relay, err := outbox.NewRelay(outbox.RelayConfig{
+		Pool: cfg.Pool, JetStream: cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer,
+		EnsureStreams: func(ctx context.Context) error { return events.EnsureStreams(ctx, cfg.JetStream, cfg.Catalogue) },
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -100,7 +100,10 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: cfg.Logger, waiters: map[string]*waiter{}}
 	var err error
-	s.relay, err = outbox.NewRelay(outbox.RelayConfig{Pool: cfg.Pool, JetStream: cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	s.relay, err = outbox.NewRelay(outbox.RelayConfig{
+		Pool: cfg.Pool, JetStream: cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer,
+		EnsureStreams: func(ctx context.Context) error { return events.EnsureStreams(ctx, cfg.JetStream, events.Default) },
+	})
 	if err != nil {
 		return nil, err
 	}
