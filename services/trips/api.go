@@ -93,6 +93,9 @@ func DecodeRequest(r io.Reader, now time.Time) (events.TripRequest, []FieldError
 	if !ok {
 		return req, []FieldError{{Field: "", Pointer: "#", Detail: "body must be a JSON object"}}
 	}
+	if errs := strictJSON(raw); len(errs) > 0 {
+		return req, errs
+	}
 	var errs []FieldError
 	bad := map[string]bool{}
 	values := map[string]any{}

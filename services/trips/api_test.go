@@ -1,6 +1,7 @@
 package trips
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -86,7 +87,12 @@ func TestOneLine(t *testing.T) {
 func TestFingerprintIgnoresKeyOrderAndSpacing(t *testing.T) {
 	a, errs := DecodeRequest(strings.NewReader(valid), testNow)
 	require.Empty(t, errs)
-	b, errs := DecodeRequest(strings.NewReader(`{ "payment":{"currency":"USD","amount_cents":33000,"card_token":"tok_visa_ok"},`+valid[1:]), testNow)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(valid), &m))
+	reordered, err := json.MarshalIndent(m, "", "  ") // keys sorted, other spacing
+	require.NoError(t, err)
+	require.NotEqual(t, valid, string(reordered))
+	b, errs := DecodeRequest(strings.NewReader(string(reordered)), testNow)
 	require.Empty(t, errs)
 	require.Equal(t, Fingerprint(a), Fingerprint(b))
 	b.Payment.AmountCents++
