@@ -176,9 +176,6 @@ func DefaultConfig() Config {
 	}
 }
 
-// ErrViolation is wrapped by [Err] when there are findings.
-var ErrViolation = errors.New("configuration breaks the guarantees")
-
 // Err returns nil for no findings, or an error wrapping [ErrViolation]
 // that names every finding, one a line.
 func Err(fs []Finding) error {
