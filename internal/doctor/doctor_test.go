@@ -234,6 +234,19 @@ func TestDeadLetterWindowNotTheRelays(t *testing.T) {
 	require.Empty(t, fs)
 }
 
+// TestExplicitConsumerPasses: a durable consumer that is no inbox passes
+// when it sets AckWait and MaxDeliver itself.
+func TestExplicitConsumerPasses(t *testing.T) {
+	nc, js := streams(t)
+	_, err := js.CreateConsumer(context.Background(), events.StreamCar, jetstream.ConsumerConfig{
+		Durable: "audit", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 10 * time.Second, MaxDeliver: 5,
+	})
+	require.NoError(t, err)
+	fs, err := doctor.Check(context.Background(), nc, js, doctor.DefaultConfig())
+	require.NoError(t, err)
+	require.Empty(t, fs)
+}
+
 // TestMissingStreams: tripsaga doctor (RequireStreams) names every stream
 // no service has created yet; at a service's start they are no finding.
 func TestMissingStreams(t *testing.T) {
