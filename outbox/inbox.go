@@ -352,6 +352,9 @@ func (in *Inbox) Run(ctx context.Context) error {
 		if nc := in.cfg.JetStream.Conn(); nc != nil && nc.IsClosed() {
 			return fmt.Errorf("inbox %s: consumer on %s lost (%s) and the NATS connection is closed: %w", in.cfg.Name, in.cfg.Stream, reason, nats.ErrConnectionClosed)
 		}
+		// A consumer deleted on the server is cleaned up asynchronously:
+		// creating one of the same name at once can lose its folder.
+		sleepCtx(ctx, consumerCleanupWait)
 		delay := 200 * time.Millisecond
 		for {
 			cons, err = in.ensure(ctx)
@@ -417,6 +420,20 @@ func (in *Inbox) ensure(ctx context.Context) (jetstream.Consumer, error) {
 			}
 			cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = ci.DeliverPolicy, ci.OptStartSeq, ci.OptStartTime
 			cons, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
+			if serverFailure(err) {
+				// The server could not write the consumer's store: seen
+				// when a consumer deleted and created again at once lost
+				// its folder to the delete's cleanup, after which every
+				// update fails. Delete it, let the cleanup finish, and
+				// create it from the inbox's position.
+				in.cfg.Logger.Error("inbox: the server cannot update the durable consumer; deleting it to recreate it", "consumer", name, "stream", stream, "err", err)
+				if derr := js.DeleteConsumer(ctx, stream, name); derr != nil && !errors.Is(derr, jetstream.ErrConsumerNotFound) {
+					return nil, fmt.Errorf("inbox %s: delete consumer on %s: %w", name, stream, derr)
+				}
+				lastErr = err
+				sleepCtx(ctx, consumerCleanupWait)
+				continue
+			}
 			if err != nil {
 				lastErr = err
 				continue // deleted or replaced meanwhile
@@ -432,6 +449,11 @@ func (in *Inbox) ensure(ctx context.Context) (jetstream.Consumer, error) {
 				cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
 			}
 			cons, err := js.CreateConsumer(ctx, stream, cfg)
+			if serverFailure(err) {
+				lastErr = err
+				sleepCtx(ctx, consumerCleanupWait) // a delete's cleanup may still run
+				continue
+			}
 			if err != nil {
 				lastErr = err
 				continue // created meanwhile (another process of the service)
@@ -443,6 +465,25 @@ func (in *Inbox) ensure(ctx context.Context) (jetstream.Consumer, error) {
 		}
 	}
 	return nil, fmt.Errorf("inbox %s: consumer on %s: %w", name, stream, lastErr)
+}
+
+// consumerCleanupWait is how long to let the server finish deleting a
+// consumer's folder before a consumer of the same name is created again.
+const consumerCleanupWait = time.Second
+
+// serverFailure reports whether err is the server failing (a 5xx JetStream
+// API error, e.g. 10012 "open .../obs/<name>/meta.inf.tmp: no such file"),
+// not a refusal of the request.
+func serverFailure(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.Code >= 500
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
 }
 
 // skips reports whether a consumer configured as c may skip an event
