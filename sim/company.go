@@ -155,6 +155,7 @@ func (c *company) register(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+p+"/_faults", c.handleFaultAdd)
 	mux.HandleFunc("GET "+p+"/_faults", c.handleFaultList)
 	mux.HandleFunc("DELETE "+p+"/_faults", c.handleFaultClear)
+	mux.HandleFunc("DELETE "+p+"/_faults/{id}", c.handleFaultRemove)
 }
 
 func (c *company) reply(w http.ResponseWriter, r *http.Request, a answer, err error) {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -134,6 +136,14 @@ type Rule struct {
 	DelayMS int `json:"delay_ms,omitempty"`
 	// Reason (faults refuse and unauthorized) is the refusal's "error" text.
 	Reason string `json:"reason,omitempty"`
+	// Chance, from 0 to 1, makes the rule probabilistic: each matching
+	// request draws a random number and the rule applies only with this
+	// probability; a request it does not apply to goes on to the next
+	// rule and is not counted in Times or Applied. 0 (unset) and 1 apply
+	// to every matching request. This is our own test extension for
+	// `tripsaga chaos`, which arms a set of such rules on every company;
+	// without a rule the simulators follow providers.md exactly.
+	Chance float64 `json:"chance,omitempty"`
 	// Applied counts the requests the rule was applied to (read only).
 	Applied int `json:"applied,omitempty"`
 }
@@ -147,6 +157,7 @@ type ruleWire struct {
 	ForMS   int                        `json:"for_ms"`
 	DelayMS int                        `json:"delay_ms"`
 	Reason  string                     `json:"reason"`
+	Chance  float64                    `json:"chance"`
 }
 
 func isBusinessFault(f string) bool { return f == FaultSoldOut || f == FaultDeclined }
@@ -202,6 +213,9 @@ func (r Rule) validate(ops []string) error {
 	if r.ForMS > 0 && r.Fault != FaultFail {
 		return fmt.Errorf("for_ms: applies to fault fail only")
 	}
+	if math.IsNaN(r.Chance) || r.Chance < 0 || r.Chance > 1 {
+		return fmt.Errorf("chance: want a probability from 0 to 1, got %v", r.Chance)
+	}
 	if r.DelayMS < 0 {
 		return fmt.Errorf("delay_ms: must not be negative, got %d", r.DelayMS)
 	}
@@ -217,6 +231,23 @@ type faultSet struct {
 	nextID int
 	rules  []*ruleState
 	now    func() time.Time
+	// draw returns a random number in [0, 1) for rules with a Chance;
+	// nil: math/rand/v2's.
+	draw func() float64
+}
+
+// drawn reports whether a rule with a Chance applies to this request:
+// always without one (0 or 1), otherwise with that probability. Called
+// with f.mu held.
+func (f *faultSet) drawn(r *ruleState) bool {
+	if r.Chance <= 0 || r.Chance >= 1 {
+		return true
+	}
+	draw := f.draw
+	if draw == nil {
+		draw = rand.Float64
+	}
+	return draw() < r.Chance
 }
 
 type ruleState struct {
@@ -250,6 +281,19 @@ func (f *faultSet) clear() {
 	f.rules = nil
 }
 
+// remove deletes the rule with id and reports whether there was one.
+func (f *faultSet) remove(id string) (Rule, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, r := range f.rules {
+		if r.ID == id {
+			f.rules = slices.Delete(f.rules, i, i+1)
+			return r.Rule, true
+		}
+	}
+	return Rule{}, false
+}
+
 // take returns a copy of the first applicable rule for op and the request
 // body req (nil: unknown key, matched only by rules without Match), and
 // counts it as applied. business selects sold_out/declined rules, otherwise
@@ -276,6 +320,9 @@ func (f *faultSet) take(op string, req map[string]any, business bool) *Rule {
 				continue
 			}
 		}
+		if !f.drawn(r) {
+			continue
+		}
 		r.Applied++
 		cp := r.Rule
 		return &cp
@@ -290,7 +337,7 @@ func (f *faultSet) takeForStatus(req map[string]any) *Rule {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, r := range f.rules {
-		if !isAnswerFault(r.Fault) || (r.Times > 0 && r.Applied >= r.Times) || !matches(r.Match, req) {
+		if !isAnswerFault(r.Fault) || (r.Times > 0 && r.Applied >= r.Times) || !matches(r.Match, req) || !f.drawn(r) {
 			continue
 		}
 		r.Applied++
@@ -356,7 +403,7 @@ func (c *company) handleFaultAdd(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnprocessableEntity, "body: "+err.Error())
 		return
 	}
-	rule := Rule{Op: wire.Op, Fault: wire.Fault, Times: wire.Times, ForMS: wire.ForMS, DelayMS: wire.DelayMS, Reason: wire.Reason}
+	rule := Rule{Op: wire.Op, Fault: wire.Fault, Times: wire.Times, ForMS: wire.ForMS, DelayMS: wire.DelayMS, Reason: wire.Reason, Chance: wire.Chance}
 	if len(wire.Match) > 0 {
 		rule.Match = make(map[string]string, len(wire.Match))
 		for k, raw := range wire.Match {
@@ -379,7 +426,7 @@ func (c *company) handleFaultAdd(w http.ResponseWriter, r *http.Request) {
 	rule = c.faults.add(rule)
 	c.log.InfoContext(r.Context(), "sim fault added", "rule_id", rule.ID,
 		"op", rule.Op, "fault", rule.Fault, "match", rule.Match, "times", rule.Times,
-		"for_ms", rule.ForMS, "delay_ms", rule.DelayMS)
+		"for_ms", rule.ForMS, "delay_ms", rule.DelayMS, "chance", rule.Chance)
 	writeJSON(w, http.StatusCreated, rule)
 }
 
@@ -393,6 +440,18 @@ func compactJSON(raw []byte) []byte {
 
 func (c *company) handleFaultList(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"items": c.faults.list()})
+}
+
+// handleFaultRemove serves DELETE <company>/_faults/{id}: removes one rule
+// (404 if there is none with that id) and answers it, with its Applied.
+func (c *company) handleFaultRemove(w http.ResponseWriter, r *http.Request) {
+	rule, ok := c.faults.remove(r.PathValue("id"))
+	if !ok {
+		writeError(w, http.StatusNotFound, "no fault rule "+r.PathValue("id"))
+		return
+	}
+	c.log.InfoContext(r.Context(), "sim fault removed", "rule_id", rule.ID, "applied", rule.Applied)
+	writeJSON(w, http.StatusOK, rule)
 }
 
 func (c *company) handleFaultClear(w http.ResponseWriter, r *http.Request) {
