@@ -40,7 +40,7 @@ func setupMisbehaving(t *testing.T, company string) *misbehaving {
 }
 
 func (m *misbehaving) runner(t *testing.T, timing saga.Timing) *saga.Runner {
-	r, err := saga.New(saga.Config{Pool: m.pool, Spec: m.spec, Timing: timing, SoleInstance: true})
+	r, err := saga.New(saga.Config{Pool: m.pool, Spec: m.spec, Timing: timing})
 	require.NoError(t, err)
 	return r
 }

@@ -35,11 +35,12 @@ type Config struct {
 	Timing Timing
 	// MaxInFlight bounds concurrent company calls. Defaults to 64.
 	MaxInFlight int
-	// SoleInstance says this process is the service's only one (the
-	// process model of trips-api.md), so at start its recovery pass takes
-	// rows a dead predecessor left started or compensating without waiting
-	// for their lease (2 × CallTimeout + 1 s) to end.
-	SoleInstance bool
+	// Liveness, when set, is this process's membership among the
+	// service's replicas: the leases the runner takes name it as owner,
+	// and the runner ends early (and takes) the leases of dead replicas:
+	// at start, in the recovery pass, and every [BeatInterval]. When nil,
+	// a lease ends only when its time runs out (2 × CallTimeout + 1 s).
+	Liveness *Liveness
 	// Relay, when set, is the process's outbox relay: it publishes the
 	// events the runner writes right after their commit
 	// (outbox.WithAfterCommit).
@@ -63,6 +64,8 @@ type Runner struct {
 	// lastVerify is when claim last looked for rows to verify (unix ns):
 	// at most once per PollInterval, not on every wake.
 	lastVerify atomic.Int64
+	// lastRelease is when releaseDead last ran (unix ns).
+	lastRelease atomic.Int64
 	// runCtx is Run's context while it runs: Request then records steps
 	// as started and launches their calls after the trigger commits.
 	runCtx atomic.Pointer[context.Context]
@@ -166,7 +169,7 @@ func (r *Runner) Request(ctx context.Context, tx pgx.Tx, req Request) (bool, err
 		row, err := queries.StepInsertStarted(ctx, tx, dbsqlc.StepInsertStartedParams{
 			TripID: req.TripID, Step: r.cfg.Spec.Name, IdempotencyKey: key,
 			Request: body, Fingerprint: hex.EncodeToString(sum[:]), Trip: trip,
-			DeadlineAt: time.Now().Add(r.t.StepDeadline), LeaseUntil: lease,
+			DeadlineAt: time.Now().Add(r.t.StepDeadline), LeaseUntil: lease, Owner: r.owner(),
 		})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil
@@ -339,7 +342,10 @@ func (r *Runner) RecoveryPass(ctx context.Context) (int, error) {
 	// hanging company: Run goes on from there.
 	stop := time.Now().Add(2*r.t.CallTimeout + time.Second)
 	for first := true; first || time.Now().Before(stop); first = false {
-		jobs, err := r.claim(ctx, 64, r.cfg.SoleInstance)
+		if err := r.releaseDead(ctx, true); err != nil {
+			return total, err
+		}
+		jobs, err := r.claim(ctx, 64, first)
 		if err != nil {
 			return total, err
 		}
@@ -363,6 +369,9 @@ func (r *Runner) dispatch(ctx context.Context) (int, error) {
 		r.full.Store(true)
 		return 0, nil
 	}
+	if err := r.releaseDead(ctx, false); err != nil {
+		return 0, err
+	}
 	jobs, err := r.claim(ctx, free, false)
 	if err != nil {
 		return 0, err
@@ -384,16 +393,44 @@ func (r *Runner) dispatch(ctx context.Context) (int, error) {
 	return len(jobs), nil
 }
 
+// releaseDead ends the leases of the service's dead replicas (see
+// [Liveness]): now when force, else at most once per BeatInterval.
+func (r *Runner) releaseDead(ctx context.Context, force bool) error {
+	l := r.cfg.Liveness
+	if l.ID() == 0 {
+		return nil
+	}
+	now := time.Now().UnixNano()
+	if last := r.lastRelease.Load(); !force && now-last < int64(BeatInterval) {
+		return nil
+	}
+	r.lastRelease.Store(now)
+	if _, err := l.ReleaseDeadLeases(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// owner is the id leases taken by this runner carry (nil without Liveness).
+func (r *Runner) owner() *int32 {
+	if id := r.cfg.Liveness.ID(); id != 0 {
+		return &id
+	}
+	return nil
+}
+
 // claim takes up to max due rows in one transaction, writes each one's new
 // state (started with attempts+1, or compensating with undo_attempts+1)
-// with a lease, commits, and returns the calls to make.
-func (r *Runner) claim(ctx context.Context, max int, ignoreLease bool) ([]func(context.Context), error) {
+// with a lease owned by this process, commits, and returns the calls to
+// make. verifyNow looks for undone rows to verify whatever the time since
+// the last look.
+func (r *Runner) claim(ctx context.Context, max int, verifyNow bool) ([]func(context.Context), error) {
 	tx, err := r.cfg.Pool.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	rows, err := queries.StepClaimDue(ctx, tx, dbsqlc.StepClaimDueParams{Max: int32(max), IgnoreLease: ignoreLease, StartedBefore: r.born})
+	rows, err := queries.StepClaimDue(ctx, tx, int32(max))
 	if err != nil {
 		return nil, fmt.Errorf("claim due: %w", err)
 	}
@@ -402,8 +439,10 @@ func (r *Runner) claim(ctx context.Context, max int, ignoreLease bool) ([]func(c
 	// PostgreSQL keeps microseconds: a lease written as it will be read
 	// back lets StepUpdate recognise the row (only_if_unchanged).
 	lease := now.Add(2*r.t.CallTimeout + time.Second).Truncate(time.Microsecond)
+	owner := r.owner()
 	var jobs []func(context.Context)
 	for _, row := range rows {
+		row.Owner = owner
 		switch Status(row.Status) {
 		case Pending, Started, Unknown:
 			if r.cfg.Spec.Class != events.ForwardOnly && row.Attempts > 0 && !now.Before(row.DeadlineAt) {
@@ -436,7 +475,7 @@ func (r *Runner) claim(ctx context.Context, max int, ignoreLease bool) ([]func(c
 			return nil, err
 		}
 	}
-	if now := time.Now(); len(jobs) < max && (ignoreLease || now.UnixNano()-r.lastVerify.Load() >= int64(r.t.PollInterval)) {
+	if now := time.Now(); len(jobs) < max && (verifyNow || now.UnixNano()-r.lastVerify.Load() >= int64(r.t.PollInterval)) {
 		r.lastVerify.Store(now.UnixNano())
 		vrows, err := queries.StepClaimVerify(ctx, tx, int32(max-len(jobs)))
 		if err != nil {
@@ -444,6 +483,7 @@ func (r *Runner) claim(ctx context.Context, max int, ignoreLease bool) ([]func(c
 		}
 		for _, row := range vrows {
 			row.VerifyAt = &lease
+			row.Owner = owner
 			if err := update(ctx, tx, row); err != nil {
 				return nil, err
 			}
@@ -742,6 +782,7 @@ func (r *Runner) inTx(ctx context.Context, claimed dbsqlc.Step, f func(tx pgx.Tx
 	if err != nil {
 		return err
 	}
+	r.endLease(&row)
 	if err := update(ctx, tx, row); err != nil {
 		return err
 	}
@@ -770,6 +811,7 @@ func (r *Runner) inTxAsClaimed(ctx context.Context, claimed dbsqlc.Step, f func(
 	if err != nil {
 		return false, err
 	}
+	r.endLease(&row)
 	wrote, err := updateIf(ctx, tx, row, &claimed)
 	if err != nil {
 		return false, err
@@ -785,6 +827,15 @@ func (r *Runner) inTxAsClaimed(ctx context.Context, claimed dbsqlc.Step, f func(
 	}
 	committed()
 	return true, nil
+}
+
+// endLease clears the owner of a row whose call's answer this runner
+// writes: no call of it is in flight any more. A lease another replica
+// took meanwhile is left as it is.
+func (r *Runner) endLease(row *dbsqlc.Step) {
+	if row.Owner != nil && *row.Owner == r.cfg.Liveness.ID() {
+		row.Owner = nil
+	}
 }
 
 func (r *Runner) event(typ string, row *dbsqlc.Step, carryTrip bool) ([]event.Event, error) {
@@ -839,7 +890,7 @@ func updateIf(ctx context.Context, tx pgx.Tx, row dbsqlc.Step, was *dbsqlc.Step)
 		CompanyRef: row.CompanyRef, Outcome: row.Outcome, Reason: row.Reason,
 		Attempts: row.Attempts, UndoAttempts: row.UndoAttempts, NextAttemptAt: row.NextAttemptAt,
 		VerifyAt: row.VerifyAt, LastError: row.LastError, StartedAt: row.StartedAt,
-		FinishedAt: row.FinishedAt, UndoneAt: row.UndoneAt,
+		FinishedAt: row.FinishedAt, UndoneAt: row.UndoneAt, Owner: row.Owner,
 	}
 	if was != nil {
 		p.OnlyIfUnchanged = true

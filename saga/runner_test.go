@@ -46,9 +46,39 @@ var fast = saga.Timing{ //nolint:gochecknoglobals // test timing
 }
 
 func runner(t *testing.T, b *bundle, timing saga.Timing) *saga.Runner {
-	r, err := saga.New(saga.Config{Pool: b.pool, Spec: hotel.Spec(b.hotelURL), Timing: timing, SoleInstance: true})
+	r, err := saga.New(saga.Config{Pool: b.pool, Spec: hotel.Spec(b.hotelURL), Timing: timing})
 	require.NoError(t, err)
 	return r
+}
+
+// runnerLive is a runner of a replica whose liveness is live.
+func runnerLive(t *testing.T, b *bundle, timing saga.Timing, live *saga.Liveness) *saga.Runner {
+	r, err := saga.New(saga.Config{Pool: b.pool, Spec: hotel.Spec(b.hotelURL), Timing: timing, Liveness: live})
+	require.NoError(t, err)
+	return r
+}
+
+// liveness registers a replica named instance; it is closed (gone) at the
+// test's end.
+func liveness(t *testing.T, b *bundle, instance string) *saga.Liveness {
+	l := saga.NewLiveness(b.pool, "hotel", instance, nil)
+	require.NoError(t, l.Start(context.Background()))
+	t.Cleanup(l.Close)
+	return l
+}
+
+// killSession ends the PostgreSQL session holding l's advisory lock, as a
+// SIGKILL of its process would.
+func killSession(t *testing.T, b *bundle, l *saga.Liveness) {
+	var ok bool
+	require.NoError(t, b.pool.QueryRow(context.Background(),
+		"SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND objid::bigint = $1 AND granted", l.ID()).Scan(&ok))
+	require.True(t, ok)
+	testenv.Eventually(t, func() bool {
+		var n int
+		_ = b.pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND objid::bigint = $1", l.ID()).Scan(&n)
+		return n == 0
+	}, "the session's lock is released")
 }
 
 func trip(email string) events.TripRequest {
@@ -364,16 +394,21 @@ func TestRunner(t *testing.T) {
 	t.Run("RecoveryPassFinishesAStepLeftStartedByACrash", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		crashed := runner(t, b, fast)
+		crashedLive := liveness(t, b, "hotel-1")
+		crashed := runnerLive(t, b, fast, crashedLive)
 		request(t, b, crashed, "T-crash", "crash@x.io")
-		// The crashed process wrote "started" and its call reached the
-		// company, which committed; then it died before writing the answer.
-		_, err := b.pool.Exec(ctx, "UPDATE steps SET status = 'started', attempts = 1, next_attempt_at = now() + interval '1 hour', updated_at = now() - interval '1 second' WHERE trip_id = 'T-crash'")
+		// The crashed process wrote "started" with a lease of its own and
+		// its call reached the company, which committed; then it died
+		// (SIGKILL: its PostgreSQL session ended) before writing the answer.
+		_, err := b.pool.Exec(ctx, "UPDATE steps SET status = 'started', attempts = 1, next_attempt_at = now() + interval '1 hour', owner = $1 WHERE trip_id = 'T-crash'", crashedLive.ID())
 		require.NoError(t, err)
 		body, _ := hotel.Build("T-crash", trip("crash@x.io"))
 		_, err = b.company.Create(ctx, "T-crash:hotel", body)
 		require.NoError(t, err)
-		restarted := runner(t, b, fast)
+		killSession(t, b, crashedLive)
+		// Its successor (same instance name) takes the row at start,
+		// without waiting for the lease or the grace.
+		restarted := runnerLive(t, b, fast, liveness(t, b, "hotel-1"))
 		n, err := restarted.RecoveryPass(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)

@@ -25,12 +25,15 @@ type BuildFunc func(tripID string, trip events.TripRequest) (any, error)
 // trigger and compensation events (as the catalogue declares them), the
 // outbox relay and the runner.
 type ServiceConfig struct {
-	Pool       *pgxpool.Pool
-	JetStream  jetstream.JetStream
-	Catalogue  events.Catalogue
-	Spec       Spec
-	Build      BuildFunc
-	Timing     Timing
+	Pool      *pgxpool.Pool
+	JetStream jetstream.JetStream
+	Catalogue events.Catalogue
+	Spec      Spec
+	Build     BuildFunc
+	Timing    Timing
+	// Instance names this process among the service's replicas ("" =
+	// $TRIPSAGA_INSTANCE, else "<host>:<service>"); see [Liveness].
+	Instance   string
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -40,6 +43,7 @@ type Service struct {
 	cfg     ServiceConfig
 	Runner  *Runner
 	relay   *outbox.Relay
+	live    *Liveness
 	inboxes []*outbox.Inbox
 }
 
@@ -81,11 +85,12 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := New(Config{Pool: cfg.Pool, Spec: cfg.Spec, Timing: cfg.Timing, SoleInstance: true, Relay: relay, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	live := NewLiveness(cfg.Pool, cfg.Spec.Service, cfg.Instance, cfg.Logger)
+	r, err := New(Config{Pool: cfg.Pool, Spec: cfg.Spec, Timing: cfg.Timing, Liveness: live, Relay: relay, Logger: cfg.Logger, Registerer: cfg.Registerer})
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, Runner: r, relay: relay}
+	s := &Service{cfg: cfg, Runner: r, relay: relay, live: live}
 	metrics, err := outbox.NewInboxMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -151,10 +156,20 @@ func (s *Service) Check(ctx context.Context) error {
 	return outbox.CheckAll(ctx, s.inboxes...)
 }
 
-// Run runs the recovery pass, calls ready, then runs the runner, the relay
-// and the inboxes until ctx ends or one of them fails.
+// Run registers the process among the service's replicas ([Liveness]),
+// runs the recovery pass, calls ready, then runs the runner, the relay and
+// the inboxes until ctx ends or one of them fails. Any number of replicas
+// may run at once: they share the durable consumers and the outbox, and
+// take each other's leases only when their owner is dead.
 func (s *Service) Run(ctx context.Context, ready func()) error {
+	if err := s.live.Start(ctx); err != nil {
+		return err
+	}
+	// After every call has finished (g.Wait): peers then take what is
+	// left at once.
+	defer s.live.Close()
 	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.live.Run(ctx) })
 	g.Go(func() error { return s.relay.Run(ctx) })
 	n, err := s.Runner.RecoveryPass(ctx)
 	if err != nil {

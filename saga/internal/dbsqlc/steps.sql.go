@@ -11,29 +11,20 @@ import (
 )
 
 const stepClaimDue = `-- name: StepClaimDue :many
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at FROM steps
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner FROM steps
 WHERE status IN ('pending', 'started', 'unknown', 'compensating')
-  AND (next_attempt_at <= now()
-       OR ($1::bool AND status IN ('started', 'compensating') AND updated_at < $2::timestamptz))
+  AND next_attempt_at <= now()
 ORDER BY next_attempt_at
-LIMIT $3
+LIMIT $1
 FOR UPDATE SKIP LOCKED
 `
 
-type StepClaimDueParams struct {
-	IgnoreLease   bool
-	StartedBefore time.Time
-	Max           int32
-}
-
 // Rows whose log says they are unfinished and whose time has come. The
-// caller moves next_attempt_at past a lease in the same transaction, so a
-// row being worked on is not picked twice.
-// With ignore_lease (the recovery pass of a service's only process at
-// start) rows left "started" or "compensating" by a dead process are taken
-// at once instead of when their lease ends.
-func (q *Queries) StepClaimDue(ctx context.Context, db DBTX, arg StepClaimDueParams) ([]Step, error) {
-	rows, err := db.Query(ctx, stepClaimDue, arg.IgnoreLease, arg.StartedBefore, arg.Max)
+// caller moves next_attempt_at past a lease (and names itself owner) in
+// the same transaction, so a row being worked on is not picked twice; a
+// lease whose owner died is ended early by StepReleaseDeadLeases.
+func (q *Queries) StepClaimDue(ctx context.Context, db DBTX, max int32) ([]Step, error) {
+	rows, err := db.Query(ctx, stepClaimDue, max)
 	if err != nil {
 		return nil, err
 	}
@@ -64,6 +55,7 @@ func (q *Queries) StepClaimDue(ctx context.Context, db DBTX, arg StepClaimDuePar
 			&i.FinishedAt,
 			&i.UndoneAt,
 			&i.UpdatedAt,
+			&i.Owner,
 		); err != nil {
 			return nil, err
 		}
@@ -76,7 +68,7 @@ func (q *Queries) StepClaimDue(ctx context.Context, db DBTX, arg StepClaimDuePar
 }
 
 const stepClaimVerify = `-- name: StepClaimVerify :many
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at FROM steps
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner FROM steps
 WHERE verify_at IS NOT NULL AND verify_at <= now()
 ORDER BY verify_at
 LIMIT $1
@@ -116,6 +108,7 @@ func (q *Queries) StepClaimVerify(ctx context.Context, db DBTX, max int32) ([]St
 			&i.FinishedAt,
 			&i.UndoneAt,
 			&i.UpdatedAt,
+			&i.Owner,
 		); err != nil {
 			return nil, err
 		}
@@ -158,7 +151,7 @@ func (q *Queries) StepCountByStatus(ctx context.Context, db DBTX) ([]StepCountBy
 }
 
 const stepGetByTripAndName = `-- name: StepGetByTripAndName :one
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at FROM steps WHERE trip_id = $1 AND step = $2
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner FROM steps WHERE trip_id = $1 AND step = $2
 `
 
 type StepGetByTripAndNameParams struct {
@@ -192,12 +185,13 @@ func (q *Queries) StepGetByTripAndName(ctx context.Context, db DBTX, arg StepGet
 		&i.FinishedAt,
 		&i.UndoneAt,
 		&i.UpdatedAt,
+		&i.Owner,
 	)
 	return i, err
 }
 
 const stepGetForUpdate = `-- name: StepGetForUpdate :one
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at FROM steps WHERE trip_id = $1 AND step = $2 FOR UPDATE
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner FROM steps WHERE trip_id = $1 AND step = $2 FOR UPDATE
 `
 
 type StepGetForUpdateParams struct {
@@ -231,6 +225,7 @@ func (q *Queries) StepGetForUpdate(ctx context.Context, db DBTX, arg StepGetForU
 		&i.FinishedAt,
 		&i.UndoneAt,
 		&i.UpdatedAt,
+		&i.Owner,
 	)
 	return i, err
 }
@@ -272,11 +267,11 @@ func (q *Queries) StepInsertIfAbsent(ctx context.Context, db DBTX, arg StepInser
 
 const stepInsertStarted = `-- name: StepInsertStarted :one
 INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at,
-                   attempts, started_at, next_attempt_at)
+                   attempts, started_at, next_attempt_at, owner)
 VALUES ($1, $2, $3, $4, $5, $6, 'started', $7,
-        1, now(), $8)
+        1, now(), $8, $9::int)
 ON CONFLICT (trip_id, step) DO NOTHING
-RETURNING trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at
+RETURNING trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner
 `
 
 type StepInsertStartedParams struct {
@@ -288,6 +283,7 @@ type StepInsertStartedParams struct {
 	Trip           []byte
 	DeadlineAt     time.Time
 	LeaseUntil     time.Time
+	Owner          *int32
 }
 
 // Records a step from its trigger event as already started (attempt 1,
@@ -305,6 +301,7 @@ func (q *Queries) StepInsertStarted(ctx context.Context, db DBTX, arg StepInsert
 		arg.Trip,
 		arg.DeadlineAt,
 		arg.LeaseUntil,
+		arg.Owner,
 	)
 	var i Step
 	err := row.Scan(
@@ -330,6 +327,7 @@ func (q *Queries) StepInsertStarted(ctx context.Context, db DBTX, arg StepInsert
 		&i.FinishedAt,
 		&i.UndoneAt,
 		&i.UpdatedAt,
+		&i.Owner,
 	)
 	return i, err
 }
@@ -359,7 +357,7 @@ func (q *Queries) StepInsertVoided(ctx context.Context, db DBTX, arg StepInsertV
 }
 
 const stepListByTrip = `-- name: StepListByTrip :many
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at FROM steps WHERE trip_id = $1 ORDER BY created_at
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner FROM steps WHERE trip_id = $1 ORDER BY created_at
 `
 
 func (q *Queries) StepListByTrip(ctx context.Context, db DBTX, tripID string) ([]Step, error) {
@@ -394,6 +392,7 @@ func (q *Queries) StepListByTrip(ctx context.Context, db DBTX, tripID string) ([
 			&i.FinishedAt,
 			&i.UndoneAt,
 			&i.UpdatedAt,
+			&i.Owner,
 		); err != nil {
 			return nil, err
 		}
@@ -437,11 +436,12 @@ UPDATE steps SET
     started_at      = $11,
     finished_at     = $12,
     undone_at       = $13,
+    owner           = $14::int,
     updated_at      = now()
-WHERE trip_id = $14 AND step = $15
-  AND (NOT $16::bool
-       OR (status = $17 AND attempts = $18 AND undo_attempts = $19
-           AND verify_at IS NOT DISTINCT FROM $20::timestamptz))
+WHERE trip_id = $15 AND step = $16
+  AND (NOT $17::bool
+       OR (status = $18 AND attempts = $19 AND undo_attempts = $20
+           AND verify_at IS NOT DISTINCT FROM $21::timestamptz))
 `
 
 type StepUpdateParams struct {
@@ -458,6 +458,7 @@ type StepUpdateParams struct {
 	StartedAt       *time.Time
 	FinishedAt      *time.Time
 	UndoneAt        *time.Time
+	Owner           *int32
 	TripID          string
 	Step            string
 	OnlyIfUnchanged bool
@@ -487,6 +488,7 @@ func (q *Queries) StepUpdate(ctx context.Context, db DBTX, arg StepUpdateParams)
 		arg.StartedAt,
 		arg.FinishedAt,
 		arg.UndoneAt,
+		arg.Owner,
 		arg.TripID,
 		arg.Step,
 		arg.OnlyIfUnchanged,

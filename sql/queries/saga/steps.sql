@@ -13,9 +13,9 @@ ON CONFLICT (trip_id, step) DO NOTHING;
 -- two, precedes the call. A row that already exists is left alone (no row
 -- returned).
 INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at,
-                   attempts, started_at, next_attempt_at)
+                   attempts, started_at, next_attempt_at, owner)
 VALUES (@trip_id, @step, @idempotency_key, @request, @fingerprint, @trip, 'started', @deadline_at,
-        1, now(), @lease_until)
+        1, now(), @lease_until, sqlc.narg(owner)::int)
 ON CONFLICT (trip_id, step) DO NOTHING
 RETURNING *;
 
@@ -39,15 +39,12 @@ SELECT * FROM steps WHERE trip_id = @trip_id ORDER BY created_at;
 
 -- name: StepClaimDue :many
 -- Rows whose log says they are unfinished and whose time has come. The
--- caller moves next_attempt_at past a lease in the same transaction, so a
--- row being worked on is not picked twice.
+-- caller moves next_attempt_at past a lease (and names itself owner) in
+-- the same transaction, so a row being worked on is not picked twice; a
+-- lease whose owner died is ended early by StepReleaseDeadLeases.
 SELECT * FROM steps
--- With ignore_lease (the recovery pass of a service's only process at
--- start) rows left "started" or "compensating" by a dead process are taken
--- at once instead of when their lease ends.
 WHERE status IN ('pending', 'started', 'unknown', 'compensating')
-  AND (next_attempt_at <= now()
-       OR (@ignore_lease::bool AND status IN ('started', 'compensating') AND updated_at < @started_before::timestamptz))
+  AND next_attempt_at <= now()
 ORDER BY next_attempt_at
 LIMIT @max
 FOR UPDATE SKIP LOCKED;
@@ -80,6 +77,7 @@ UPDATE steps SET
     started_at      = @started_at,
     finished_at     = @finished_at,
     undone_at       = @undone_at,
+    owner           = sqlc.narg(owner)::int,
     updated_at      = now()
 WHERE trip_id = @trip_id AND step = @step
   AND (NOT @only_if_unchanged::bool
