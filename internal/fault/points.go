@@ -1,0 +1,107 @@
+package fault
+
+// Where a point is, the last part of its name.
+const (
+	// BeforeCall: the step log row is committed (started or
+	// compensating) and the company has not been called yet (in the HTTP
+	// client, before the request is sent). error: the request fails as a
+	// lost connection would (unknown, asked again by key).
+	BeforeCall = "before_call"
+	// AnswerUnread: the company committed and its answer's status line and
+	// headers have arrived; the body is not read yet. error: the answer
+	// cannot be read (unknown, asked again by key).
+	AnswerUnread = "answer_unread"
+	// AfterCall: the answer is read and decided (a status by key asked if
+	// it was unknown); the step log is not written yet. error: the answer
+	// is not recorded, as when the database cannot be reached; the row's
+	// lease runs out and it is asked again by key.
+	AfterCall = "after_call"
+	// AfterLog: the step log row with the answer and its event in the
+	// outbox are committed; the event is not published yet (between two
+	// compensations when the step is an undo; right after the pivot for
+	// car.book). error: the event is not published at once, as when the
+	// local publish fails; every relay claims it after LocalGrace (5 s).
+	AfterLog = "after_log"
+	// AfterPublish: JetStream acked an outbox event (PubAck) and its row
+	// is not marked sent yet, in the writer's local publish and in the
+	// batch relay. error: the row is not marked; it is claimed and
+	// published again, and the duplicate window drops the copy.
+	AfterPublish = "after_publish"
+	// AfterCommit: an inbox committed the handling of an event (and its
+	// after-commit work began) and has not acked it yet, one by one and in
+	// batches. error: the ack is lost; the server redelivers after
+	// AckWait and the inbox acks the duplicate.
+	AfterCommit = "after_commit"
+)
+
+// The points, "<service>.<step>.<where>". The step of a company call is
+// its operation: hold/release (hotel), charge/refund (payment),
+// book/cancel (car: cancel is the undo by key of a booking unknown at the
+// deadline) and mail (trips' confirmation or cancellation email).
+const (
+	HotelHoldBeforeCall      = "hotel.hold.before_call"
+	HotelHoldAnswerUnread    = "hotel.hold.answer_unread"
+	HotelHoldAfterCall       = "hotel.hold.after_call"
+	HotelHoldAfterLog        = "hotel.hold.after_log"
+	HotelReleaseBeforeCall   = "hotel.release.before_call"
+	HotelReleaseAnswerUnread = "hotel.release.answer_unread"
+	HotelReleaseAfterCall    = "hotel.release.after_call"
+	HotelReleaseAfterLog     = "hotel.release.after_log"
+
+	PaymentChargeBeforeCall   = "payment.charge.before_call"
+	PaymentChargeAnswerUnread = "payment.charge.answer_unread"
+	PaymentChargeAfterCall    = "payment.charge.after_call"
+	PaymentChargeAfterLog     = "payment.charge.after_log"
+	PaymentRefundBeforeCall   = "payment.refund.before_call"
+	PaymentRefundAnswerUnread = "payment.refund.answer_unread"
+	PaymentRefundAfterCall    = "payment.refund.after_call"
+	PaymentRefundAfterLog     = "payment.refund.after_log"
+
+	CarBookBeforeCall     = "car.book.before_call"
+	CarBookAnswerUnread   = "car.book.answer_unread"
+	CarBookAfterCall      = "car.book.after_call"
+	CarBookAfterLog       = "car.book.after_log" // right after the pivot: booked and logged, trip not yet confirmed
+	CarCancelBeforeCall   = "car.cancel.before_call"
+	CarCancelAnswerUnread = "car.cancel.answer_unread"
+	CarCancelAfterCall    = "car.cancel.after_call"
+	CarCancelAfterLog     = "car.cancel.after_log"
+
+	TripsMailBeforeCall   = "trips.mail.before_call"
+	TripsMailAnswerUnread = "trips.mail.answer_unread"
+	TripsMailAfterCall    = "trips.mail.after_call"
+	TripsMailAfterLog     = "trips.mail.after_log"
+
+	TripsRelayAfterPublish   = "trips.relay.after_publish"
+	HotelRelayAfterPublish   = "hotel.relay.after_publish"
+	PaymentRelayAfterPublish = "payment.relay.after_publish"
+	CarRelayAfterPublish     = "car.relay.after_publish"
+
+	TripsInboxAfterCommit      = "trips.inbox.after_commit"
+	HotelInboxAfterCommit      = "hotel.inbox.after_commit"
+	PaymentInboxAfterCommit    = "payment.inbox.after_commit"
+	CarInboxAfterCommit        = "car.inbox.after_commit"
+	ReconcilerInboxAfterCommit = "reconciler.inbox.after_commit"
+)
+
+// Points lists every point, the ones a rule may name.
+var Points = []string{ //nolint:gochecknoglobals // read-only
+	HotelHoldBeforeCall, HotelHoldAnswerUnread, HotelHoldAfterCall, HotelHoldAfterLog,
+	HotelReleaseBeforeCall, HotelReleaseAnswerUnread, HotelReleaseAfterCall, HotelReleaseAfterLog,
+	PaymentChargeBeforeCall, PaymentChargeAnswerUnread, PaymentChargeAfterCall, PaymentChargeAfterLog,
+	PaymentRefundBeforeCall, PaymentRefundAnswerUnread, PaymentRefundAfterCall, PaymentRefundAfterLog,
+	CarBookBeforeCall, CarBookAnswerUnread, CarBookAfterCall, CarBookAfterLog,
+	CarCancelBeforeCall, CarCancelAnswerUnread, CarCancelAfterCall, CarCancelAfterLog,
+	TripsMailBeforeCall, TripsMailAnswerUnread, TripsMailAfterCall, TripsMailAfterLog,
+	TripsRelayAfterPublish, HotelRelayAfterPublish, PaymentRelayAfterPublish, CarRelayAfterPublish,
+	TripsInboxAfterCommit, HotelInboxAfterCommit, PaymentInboxAfterCommit, CarInboxAfterCommit, ReconcilerInboxAfterCommit,
+}
+
+// Process returns the process a point is in: its first part.
+func Process(point string) string {
+	for i := range len(point) {
+		if point[i] == '.' {
+			return point[:i]
+		}
+	}
+	return point
+}
