@@ -2,7 +2,10 @@ package events
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,12 +23,52 @@ const (
 	MaxAge = 30 * 24 * time.Hour
 )
 
+// StreamReplicasEnv names the environment variable that says how many
+// replicas the streams are created with (default 1; 3 on a three-node
+// JetStream cluster, as `tripsaga up --nats-cluster 3` sets it).
+const StreamReplicasEnv = "STREAM_REPLICAS"
+
+// MaxStreamReplicas is the most replicas JetStream allows a stream.
+const MaxStreamReplicas = 5
+
+// StreamReplicas reads [StreamReplicasEnv]: 1 when unset; an error names
+// a value that is not a whole number from 1 to [MaxStreamReplicas].
+func StreamReplicas() (int, error) {
+	v := os.Getenv(StreamReplicasEnv)
+	if v == "" {
+		return 1, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > MaxStreamReplicas {
+		return 1, fmt.Errorf("%s=%q: want a whole number from 1 to %d", StreamReplicasEnv, v, MaxStreamReplicas)
+	}
+	return n, nil
+}
+
 // EnsureStreams creates or updates the event streams of c and the
-// dead-letter stream.
+// dead-letter stream, with the replicas [StreamReplicas] reads from the
+// environment (1 when unset or invalid; a process refuses an invalid value
+// at start, see app.EnvFromOS). See [EnsureStreamsReplicas].
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, c Catalogue) error {
+	n, _ := StreamReplicas()
+	return EnsureStreamsReplicas(ctx, js, c, n)
+}
+
+// EnsureStreamsReplicas creates or updates the event streams of c and the
+// dead-letter stream with replicas copies each. An existing stream with
+// fewer replicas is raised to replicas; one with more keeps them (a
+// process started without STREAM_REPLICAS, a tool say, never shrinks a
+// cluster's streams).
+func EnsureStreamsReplicas(ctx context.Context, js jetstream.JetStream, c Catalogue, replicas int) error {
 	subjects := c.StreamSubjects()
 	subjects[StreamDeadLetter] = []string{DeadLetterSubjectPrefix + ".>"}
 	for name, subs := range subjects {
+		n := max(replicas, 1)
+		if s, err := js.Stream(ctx, name); err == nil {
+			n = max(n, s.CachedInfo().Config.Replicas)
+		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("stream %s: %w", name, err)
+		}
 		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:       name,
 			Subjects:   subs,
@@ -34,6 +77,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, c Catalogue) err
 			Duplicates: DuplicateWindow,
 			MaxAge:     MaxAge,
 			Discard:    jetstream.DiscardOld,
+			Replicas:   n,
 		})
 		if err != nil {
 			return fmt.Errorf("stream %s: %w", name, err)

@@ -38,7 +38,8 @@ printed with its reason and where the rule comes from:
   stream-storage       a memory stream
   stream-max-age       a max age shorter than the longest replay (30 days),
                        or longer than the inbox keeps its rows
-  stream-replicas      replicas above the cluster size
+  stream-replicas      replicas above the cluster size (live, or asked for
+                       by STREAM_REPLICAS)
   stream-missing       an event stream that does not exist yet
 
 Every service runs the same check at start and refuses to start on a
@@ -66,6 +67,7 @@ the default folder .tripsaga.`,
 			}
 			cfg := doctor.DefaultConfig()
 			cfg.RequireStreams = true
+			cfg.StreamReplicas = max(env.StreamReplicas, 1) // STREAM_REPLICAS, as the services read it
 			fs, err := doctor.Check(cmd.Context(), nc, js, cfg)
 			if err != nil {
 				return err

@@ -43,6 +43,7 @@ func serveCmd() *cobra.Command {
 			return run(cmd.Context(), env)
 		},
 	}
+	cmd.AddCommand(serveNATSCmd()) // serve nats: one node of a JetStream cluster
 	cmd.Flags().BoolVar(&simMemory, "memory", os.Getenv("SIM_MEMORY") == "1", "sim only: keep the companies' records in memory, lost at exit (default from SIM_MEMORY=1; the bench uses it)")
 	return cmd
 }

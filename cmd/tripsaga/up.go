@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,7 +16,7 @@ import (
 
 func upCmd() *cobra.Command {
 	var dir string
-	var basePort int
+	var basePort, replicas, natsCluster int
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start everything on this machine: embedded NATS, a private PostgreSQL, the simulators and every service; Ctrl-C stops it all",
@@ -35,9 +36,43 @@ PostgreSQL server keeps running; the next up in the folder adopts it, says
 so, and stops it on Ctrl-C. Run as root, the PostgreSQL binaries run as the
 postgres OS user; up never changes the modes of the folders above D: when
 postgres cannot reach D/pg, the cluster lives in /var/lib/tripsaga/postgres
-(for a D in the temp folder, in the temp folder), linked from D/pg/data.`,
+(for a D in the temp folder, in the temp folder), linked from D/pg/data.
+
+--replicas N runs N processes of every service (hotel, payment, car, trips,
+reconciler; the simulators stay one), sharing PostgreSQL and NATS: the
+first keeps the process's name ("hotel"), the others are hotel-2,
+hotel-3..., each with its own port and log (D/logs/hotel-2.log), restarted
+on its own. Every child is told its name in TRIPSAGA_INSTANCE.
+
+--nats-cluster 3 runs, instead of the embedded server, three NATS servers
+with JetStream as child processes (tripsaga serve nats; nats-1, nats-2,
+nats-3), clustered over loopback routes (cluster "tripsaga"), each with its
+store in D/nats/n1..n3; a node that dies is restarted on the same ports and
+store. NATS_URL is the comma-separated list of their client URLs, and the
+streams are created with 3 replicas (STREAM_REPLICAS=3; a stream that has
+fewer is raised to 3). up waits for the cluster's meta leader before it
+starts the services.
+
+Ports with --port B: NATS (nats-1 in a cluster) on B, sim hotel payment car
+trips reconciler on B+1..B+6 as always; then the other replicas (hotel-2
+payment-2 car-2 trips-2 reconciler-2, then -3...), then in a cluster the
+client ports of nats-2 and nats-3, the route ports of nats-1..3 and their
+health ports (GET /readyz). E.g. --port 7400 --replicas 2 --nats-cluster 3:
+hotel-2..reconciler-2 on 7407-7411, nats-2 and nats-3 clients on 7412-7413,
+routes on 7414-7416, health on 7417-7419.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if n := len(stack.Processes); basePort != 0 && (basePort < 1024 || basePort > 65535-n) {
+			if replicas < 1 {
+				return fmt.Errorf("--replicas %d: want 1 or more", replicas)
+			}
+			if natsCluster < 1 || natsCluster == 2 {
+				return fmt.Errorf("--nats-cluster %d: want 1 (one embedded server) or 3 or more (a JetStream cluster of two loses its quorum with either node)", natsCluster)
+			}
+			scfg := stack.Config{
+				BasePort: basePort, Durable: true, DatabaseURL: os.Getenv("DATABASE_URL"),
+				Replicas: replicas, NATSCluster: natsCluster,
+			}
+			n := len(stack.Ports(scfg)) - 1
+			if basePort != 0 && (basePort < 1024 || basePort > 65535-n) {
 				return fmt.Errorf("--port %d: want 0 (any free ports) or 1024 to %d (NATS listens on it, the processes on the next %d ports)", basePort, 65535-n, n)
 			}
 			abs, err := filepath.Abs(dir)
@@ -46,13 +81,12 @@ postgres cannot reach D/pg, the cluster lives in /var/lib/tripsaga/postgres
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			fmt.Fprintf(cmd.OutOrStdout(), "starting in %s ...\n", abs)
-			s, err := stack.Start(cmd.Context(), stack.Config{
-				Dir: abs, BasePort: basePort, Durable: true, DatabaseURL: os.Getenv("DATABASE_URL"), Logger: log,
-			})
+			scfg.Dir, scfg.Logger = abs, log
+			s, err := stack.Start(cmd.Context(), scfg)
 			var inUse *stack.PortInUseError
 			if errors.As(err, &inUse) {
 				return fmt.Errorf("%w\nanother tripsaga up may be running: choose other ports with --port N (NATS listens on N, the processes on N+1 to N+%d), e.g. --port %d, or --port 0 for any free ports",
-					err, len(stack.Processes), inUse.Port-inUse.Port%100+100)
+					err, n, inUse.Port-inUse.Port%100+100)
 			}
 			if err != nil {
 				return err
@@ -67,12 +101,19 @@ postgres cannot reach D/pg, the cluster lives in /var/lib/tripsaga/postgres
 	}
 	cmd.Flags().StringVar(&dir, "dir", defaultUpDir, "folder for NATS and PostgreSQL data and the logs; one up at a time per folder")
 	cmd.Flags().IntVar(&basePort, "port", 7400, "NATS listens here, the processes on the next ports (0 = any free ports)")
+	cmd.Flags().IntVar(&replicas, "replicas", 1, "processes of every service (hotel, payment, car, trips, reconciler; the simulators stay one)")
+	cmd.Flags().IntVar(&natsCluster, "nats-cluster", 1, "NATS servers: 1 = one embedded in up; 3 = a three-node JetStream cluster of child processes, streams at 3 replicas")
 	return cmd
 }
 
 func printStack(cmd *cobra.Command, s *stack.Stack, dir string) {
 	w := cmd.OutOrStdout()
 	fmt.Fprintf(w, "NATS (JetStream)  %s\n", s.NATSURL)
+	for _, name := range s.Instances() {
+		if strings.HasPrefix(name, "nats-") {
+			fmt.Fprintf(w, "%-17s %-28s log %s (cluster %s, stream replicas %d)\n", name, s.URL(name)+"/readyz", s.LogPath(name), stack.ClusterName, s.StreamReplicas())
+		}
+	}
 	if os.Getenv("DATABASE_URL") != "" {
 		fmt.Fprintf(w, "PostgreSQL        %s (DATABASE_URL from the environment: no private cluster)\n", s.DatabaseURL)
 	} else {
@@ -82,7 +123,10 @@ func printStack(cmd *cobra.Command, s *stack.Stack, dir string) {
 		fmt.Fprintf(w, "                  adopted: this PostgreSQL server was already running on %s, left by an earlier up that was killed\n                  without stopping it; this up uses it and stops it on Ctrl-C\n",
 			filepath.Join(dir, "pg", "data"))
 	}
-	for _, name := range stack.Processes {
+	for _, name := range s.Instances() {
+		if strings.HasPrefix(name, "nats-") {
+			continue
+		}
 		fmt.Fprintf(w, "%-17s %-28s log %s\n", name, s.URL(name), s.LogPath(name))
 	}
 	env := s.Env()

@@ -43,6 +43,11 @@ type Env struct {
 	// INCIDENT_AFTER (attempts), VERIFY_AFTER_MS.
 	CallTimeout, StepDeadline, UndoBackoffMax, VerifyAfter time.Duration
 	IncidentAfter                                          int
+	// StreamReplicas is how many replicas the streams are created with
+	// (STREAM_REPLICAS, 1 to 5; default 1; 3 on a three-node cluster). An
+	// existing stream with fewer is raised to it; doctor refuses it above
+	// the cluster's size.
+	StreamReplicas int
 }
 
 // EnvFromOS reads [Env] from the environment. A timing variable that is
@@ -67,6 +72,10 @@ func EnvFromOS() (Env, error) {
 		HotelURL: os.Getenv("HOTEL_URL"), PaymentsURL: os.Getenv("PAYMENTS_URL"), CarsURL: os.Getenv("CARS_URL"), MailURL: os.Getenv("MAIL_URL"),
 		CallTimeout: ms("CALL_TIMEOUT_MS"), StepDeadline: ms("STEP_DEADLINE_MS"), UndoBackoffMax: ms("UNDO_BACKOFF_MAX_MS"),
 		VerifyAfter: ms("VERIFY_AFTER_MS"), IncidentAfter: num("INCIDENT_AFTER"),
+	}
+	var err error
+	if e.StreamReplicas, err = events.StreamReplicas(); err != nil {
+		errs = append(errs, err)
 	}
 	return e, errors.Join(errs...)
 }
@@ -128,6 +137,8 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 	}
 	p.checks = append(p.checks, func(ctx context.Context) error { return p.Pool.Ping(ctx) })
 	if withNATS {
+		// NATS_URL may list several servers, comma-separated (a cluster):
+		// nats.Connect takes the list and reconnects to any of them.
 		p.NATS, err = nats.Connect(env.NATSURL, nats.Name("tripsaga-"+name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 		if err != nil {
 			p.Pool.Close()
@@ -141,7 +152,13 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 		// The live configuration is checked before EnsureStreams, which
 		// would otherwise fail on (or quietly rewrite) a stream someone
 		// changed: a violation refuses the start, naming each one.
-		fs, err := doctor.Check(ctx, p.NATS, p.JS, doctor.DefaultConfig())
+		if err := WaitJetStream(ctx, p.JS, time.Minute); err != nil {
+			p.Close()
+			return nil, err
+		}
+		dcfg := doctor.DefaultConfig()
+		dcfg.StreamReplicas = max(env.StreamReplicas, 1)
+		fs, err := doctor.Check(ctx, p.NATS, p.JS, dcfg)
 		if err == nil {
 			err = doctor.Err(fs)
 		}
@@ -149,7 +166,7 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 			p.Close()
 			return nil, fmt.Errorf("refusing to start: %w", err)
 		}
-		if err := events.EnsureStreams(ctx, p.JS, events.Default); err != nil {
+		if err := EnsureStreams(ctx, p.JS, dcfg.StreamReplicas, 30*time.Second); err != nil {
 			p.Close()
 			return nil, err
 		}
@@ -162,6 +179,46 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 		})
 	}
 	return p, nil
+}
+
+// WaitJetStream waits until JetStream answers (its account info), at most
+// for wait: a JetStream cluster answers nothing before its servers have
+// elected a meta leader, which takes a few seconds after they start.
+func WaitJetStream(ctx context.Context, js jetstream.JetStream, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := js.AccountInfo(actx)
+		acancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("jetstream did not answer within %s (a cluster without a meta leader?): %w", wait, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// EnsureStreams creates or updates the catalogue's streams with replicas
+// copies (events.EnsureStreamsReplicas), trying again for at most wait: in
+// a JetStream cluster a stream being created, or raised to more replicas,
+// by several processes at once may time out until its group has a leader.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := events.EnsureStreamsReplicas(ctx, js, events.Default, replicas)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // AddCheck adds a readiness check to /readyz (e.g. an inbox's progress).

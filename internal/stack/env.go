@@ -17,15 +17,20 @@ import (
 // them), and removes when it stops. [ReadEnvFile] reads it.
 const EnvFile = "up.env"
 
-// Env returns what a process needs to reach the running stack: NATS_URL,
-// DATABASE_URL, the companies (HOTEL_URL, PAYMENTS_URL, CARS_URL,
-// MAIL_URL), TRIPS_URL and RECONCILER_URL.
+// Env returns what a process needs to reach the running stack: NATS_URL
+// (comma-separated client URLs in a NATS cluster), DATABASE_URL, the
+// companies (HOTEL_URL, PAYMENTS_URL, CARS_URL, MAIL_URL), TRIPS_URL and
+// RECONCILER_URL (the first replicas), TRIPS_URLS (every trips replica,
+// comma-separated) and STREAM_REPLICAS (what the services create the
+// streams with, so a tool using this stack asks for the same).
 func (s *Stack) Env() map[string]string {
 	env := s.CompanyURLs()
 	env["NATS_URL"] = s.NATSURL
 	env["DATABASE_URL"] = s.DatabaseURL
 	env["TRIPS_URL"] = s.URL("trips")
+	env["TRIPS_URLS"] = strings.Join(s.URLs("trips"), ",")
 	env["RECONCILER_URL"] = s.URL("reconciler")
+	env["STREAM_REPLICAS"] = strconv.Itoa(s.StreamReplicas())
 	return env
 }
 

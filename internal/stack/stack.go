@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
@@ -49,12 +51,32 @@ type Config struct {
 	Binary string
 	// DatabaseURL, when set, is used instead of a private cluster.
 	DatabaseURL string
-	// BasePort: when non-zero, NATS listens on BasePort and the processes
-	// on BasePort+1... in [Processes] order; otherwise free ports. A port
-	// in use fails [Start] with a [*PortInUseError].
+	// BasePort: when non-zero, NATS (nats-1 in a cluster) listens on
+	// BasePort and the first replica of each process on BasePort+1... in
+	// [Processes] order; then come the other replicas (replica 2 of hotel,
+	// payment, car, trips, reconciler, then replica 3...), then, in a
+	// cluster, the client ports of nats-2..., the route ports of nats-1...
+	// and the health (HTTP) ports of nats-1...: [Ports] lists them.
+	// Otherwise free ports. A port in use fails [Start] with a
+	// [*PortInUseError].
 	BasePort int
 	// Durable keeps fsync on in the private cluster.
 	Durable bool
+	// Replicas is how many processes of every service ([Services]) run at
+	// once; 0 and 1 mean one of each. The simulators ("sim") stay one.
+	// The first replica of a process keeps its name ("hotel"), the others
+	// are "hotel-2", "hotel-3"... (see [InstanceName]); each has its own
+	// HTTP socket and its own log, logs/<instance>.log.
+	Replicas int
+	// NATSCluster: 0 and 1 run one embedded NATS server inside the
+	// supervisor; 3 (or more) runs that many NATS servers with JetStream
+	// as child processes (`tripsaga serve nats`, instances "nats-1"...),
+	// clustered over loopback routes (cluster [ClusterName]), each with
+	// its store in Dir/nats/n1..., restarted like any child on the same
+	// ports and store. NATS_URL is then the list of their client URLs and
+	// the streams get min(NATSCluster, 3) replicas (STREAM_REPLICAS). 2 is
+	// refused: a JetStream cluster of two loses its quorum with either.
+	NATSCluster int
 	// Env is added to every child's environment (e.g. STEP_DEADLINE_MS).
 	Env []string
 	// Logger reports the supervisor's actions. Defaults to discard.
@@ -66,7 +88,10 @@ type Stack struct {
 	cfg         Config
 	NATSURL     string
 	DatabaseURL string
-	// Addr maps each process to its HTTP address (host:port).
+	// Addr maps each instance (the first replica of a process has the
+	// process's name, see [InstanceName]; in a NATS cluster also
+	// "nats-1"..., their health endpoints) to its HTTP address
+	// (host:port).
 	Addr map[string]string
 
 	// PostgresAdopted is true when a PostgreSQL server left running on the
@@ -76,22 +101,49 @@ type Stack struct {
 
 	lock     *os.File
 	natsOpts server.Options
-	nats     *server.Server
+	nats     *server.Server // the embedded server, when not a cluster
 	pg       *pgcluster.Cluster
-	mu       sync.Mutex
-	procs    map[string]*child
-	// listeners are the processes' HTTP sockets, open for the stack's life.
+	// insts are the supervised child processes, in start order: the NATS
+	// nodes (in a cluster), sim, then every replica of each service.
+	insts []*instance
+	mu    sync.Mutex
+	procs map[string]*child
+	// listeners are the instances' HTTP sockets, open for the stack's life.
 	listeners map[string]*net.TCPListener
 	stopped   bool
 	quit      chan struct{} // closed by Stop: ends the watch of PostgreSQL and NATS
 	watching  sync.WaitGroup
 }
 
+// instance is one supervised child process.
+type instance struct {
+	name    string   // "hotel", "hotel-2", "nats-1"
+	process string   // "hotel", "nats"
+	args    []string // the tripsaga command line after the binary
+	// natsClient, natsRoute: a NATS node's ports (0 for the others).
+	natsClient, natsRoute int
+}
+
+// Services are the processes that run Config.Replicas times: every one of
+// [Processes] but the simulators.
+var Services = []string{"hotel", "payment", "car", "trips", "reconciler"} //nolint:gochecknoglobals // read-only
+
+// InstanceName names replica r (from 1) of a process: the first keeps the
+// process's name ("hotel"), the others are "hotel-2", "hotel-3"...; the
+// NATS nodes of a cluster are always numbered ("nats-1").
+func InstanceName(process string, r int) string {
+	if r <= 1 && process != "nats" {
+		return process
+	}
+	return process + "-" + strconv.Itoa(max(r, 1))
+}
+
 // PortInUseError is returned by [Start] when Config.BasePort is set and
 // one of the ports it needs is taken.
 type PortInUseError struct {
 	Port int
-	// For names what the port was for: "NATS" or a process name.
+	// For names what the port was for: "NATS", an instance name, or a
+	// NATS node's "nats-2 routes" or "nats-2 health".
 	For string
 	Err error
 }
@@ -135,13 +187,96 @@ func lastLogLine(path string) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
-// URL returns the base URL of a process ("http://127.0.0.1:port").
+// URL returns the base URL of an instance ("http://127.0.0.1:port"); a
+// process's name is its first replica.
 func (s *Stack) URL(name string) string { return "http://" + s.Addr[name] }
+
+// URLs returns the base URLs of every replica of a process, the first
+// replica's first ("sim": one; "nats": the nodes' health endpoints in a
+// cluster, none otherwise).
+func (s *Stack) URLs(process string) []string {
+	var out []string
+	for _, in := range s.insts {
+		if in.process == process {
+			out = append(out, s.URL(in.name))
+		}
+	}
+	return out
+}
+
+// Instances returns the name of every supervised child process, in start
+// order: "nats-1"... in a cluster (the single embedded server is no child
+// and is not listed), "sim", then every replica of each service
+// ("hotel", "hotel-2", "payment", ...). [Stack.Kill], [Stack.Pid],
+// [Stack.WaitReady] and [Stack.LogPath] take these names.
+func (s *Stack) Instances() []string {
+	out := make([]string, len(s.insts))
+	for i, in := range s.insts {
+		out[i] = in.name
+	}
+	return out
+}
+
+// StreamReplicas is the replica count the services create the streams
+// with (STREAM_REPLICAS): min(NATSCluster, 3) in a cluster, else 1.
+func (s *Stack) StreamReplicas() int { return streamReplicas(s.cfg) }
+
+func streamReplicas(cfg Config) int {
+	if cfg.NATSCluster > 1 {
+		return min(cfg.NATSCluster, 3)
+	}
+	return 1
+}
 
 // CompanyURLs returns HOTEL_URL, PAYMENTS_URL, CARS_URL and MAIL_URL.
 func (s *Stack) CompanyURLs() map[string]string {
 	sim := s.URL("sim")
 	return map[string]string{"HOTEL_URL": sim + "/hotel", "PAYMENTS_URL": sim + "/payments", "CARS_URL": sim + "/cars", "MAIL_URL": sim + "/mail"}
+}
+
+// Port is one port of a BasePort layout and what it is for.
+type Port struct {
+	Port int
+	For  string // "NATS", an instance name, "nats-2 routes", "nats-2 health"
+}
+
+// Ports returns the ports a stack of cfg listens on when cfg.BasePort is
+// set, in order from BasePort: NATS (nats-1's clients in a cluster), the
+// first replica of each of [Processes], the other replicas (replica 2 of
+// each of [Services], then replica 3...), then in a cluster the client
+// ports of nats-2..., the route ports of nats-1... and the health ports of
+// nats-1.... With BasePort 0 the same list has port 0 for each.
+func Ports(cfg Config) []Port {
+	base := cfg.BasePort
+	var out []Port
+	add := func(what string) {
+		p := 0
+		if base != 0 {
+			p = base + len(out)
+		}
+		out = append(out, Port{Port: p, For: what})
+	}
+	add("NATS")
+	for _, name := range Processes {
+		add(name)
+	}
+	for r := 2; r <= cfg.Replicas; r++ {
+		for _, name := range Services {
+			add(InstanceName(name, r))
+		}
+	}
+	if n := cfg.NATSCluster; n > 1 {
+		for i := 2; i <= n; i++ {
+			add(InstanceName("nats", i))
+		}
+		for i := 1; i <= n; i++ {
+			add(InstanceName("nats", i) + " routes")
+		}
+		for i := 1; i <= n; i++ {
+			add(InstanceName("nats", i) + " health")
+		}
+	}
+	return out
 }
 
 // Start brings the whole stack up and waits until every process is ready
@@ -151,6 +286,12 @@ func (s *Stack) CompanyURLs() map[string]string {
 func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("stack: Dir is required")
+	}
+	if cfg.Replicas < 0 {
+		return nil, fmt.Errorf("stack: Replicas %d: want 1 or more (0 means 1)", cfg.Replicas)
+	}
+	if cfg.NATSCluster < 0 || cfg.NATSCluster == 2 {
+		return nil, fmt.Errorf("stack: NATSCluster %d: want 0 or 1 (one embedded server) or 3 or more (a JetStream cluster of two loses its quorum with either node)", cfg.NATSCluster)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -187,25 +328,73 @@ func (s *Stack) start(ctx context.Context) error {
 		}
 	}
 	_ = os.Remove(filepath.Join(cfg.Dir, EnvFile)) // a killed stack's
-	natsPort := -1
+	ports := Ports(cfg)
 	if cfg.BasePort != 0 {
-		natsPort = cfg.BasePort
-		if err := checkPorts(cfg.BasePort); err != nil {
+		if err := checkPorts(ports); err != nil {
 			return err
 		}
 	}
-	s.natsOpts = server.Options{
-		ServerName: "tripsaga", Host: "127.0.0.1", Port: natsPort, JetStream: true,
-		StoreDir: filepath.Join(cfg.Dir, "nats"), NoSigs: true, NoLog: true,
+	portOf := map[string]int{}
+	for _, p := range ports {
+		portOf[p.For] = p.Port
 	}
-	ns, err := startNATS(s.natsOpts)
-	if err != nil {
-		return err
+	// The children, in start order.
+	if n := cfg.NATSCluster; n > 1 {
+		if err := s.planCluster(n, portOf); err != nil {
+			return err
+		}
 	}
-	s.nats = ns
-	s.NATSURL = ns.ClientURL()
-	// Restarts listen where the children already point.
-	s.natsOpts.Port = ns.Addr().(*net.TCPAddr).Port
+	s.insts = append(s.insts, &instance{name: "sim", process: "sim", args: []string{"serve", "sim"}})
+	for _, name := range Services {
+		for r := 1; r <= max(cfg.Replicas, 1); r++ {
+			s.insts = append(s.insts, &instance{name: InstanceName(name, r), process: name, args: []string{"serve", name}})
+		}
+	}
+	// The supervisor listens on every instance's HTTP address itself and
+	// hands the socket to the process (app.ListenFDEnv): a free port
+	// cannot be taken by another program before the process binds it, and
+	// a restarted process gets the same socket.
+	for _, in := range s.insts {
+		what := in.name
+		if in.process == "nats" {
+			what += " health"
+		}
+		port := portOf[what]
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			return &PortInUseError{Port: port, For: what, Err: err}
+		}
+		s.listeners[in.name] = l.(*net.TCPListener)
+		s.Addr[in.name] = l.Addr().String()
+	}
+	if cfg.NATSCluster > 1 {
+		// The nodes start while PostgreSQL does; the services wait for
+		// their meta leader (each node's /readyz).
+		for _, in := range s.insts {
+			if in.process == "nats" {
+				if err := s.startChild(in); err != nil {
+					return err
+				}
+			}
+		}
+	} else {
+		natsPort := -1
+		if cfg.BasePort != 0 {
+			natsPort = cfg.BasePort
+		}
+		s.natsOpts = server.Options{
+			ServerName: "tripsaga", Host: "127.0.0.1", Port: natsPort, JetStream: true,
+			StoreDir: filepath.Join(cfg.Dir, "nats"), NoSigs: true, NoLog: true,
+		}
+		ns, err := startNATS(s.natsOpts)
+		if err != nil {
+			return err
+		}
+		s.nats = ns
+		s.NATSURL = ns.ClientURL()
+		// Restarts listen where the children already point.
+		s.natsOpts.Port = ns.Addr().(*net.TCPAddr).Port
+	}
 	s.DatabaseURL = cfg.DatabaseURL
 	if s.DatabaseURL == "" {
 		if os.Geteuid() == 0 {
@@ -225,51 +414,130 @@ func (s *Stack) start(ctx context.Context) error {
 				"pid", pg.Pid(), "port", pg.Port, "data", pg.DataDir)
 		}
 	}
-	// The supervisor listens on every process's address itself and hands
-	// the socket to the process (app.ListenFDEnv): a free port cannot be
-	// taken by another program before the process binds it, and a
-	// restarted process gets the same socket.
-	for i, name := range Processes {
-		port := 0
-		if cfg.BasePort != 0 {
-			port = cfg.BasePort + 1 + i
+	for _, in := range s.insts {
+		if in.process == "nats" {
+			// A JetStream cluster creates no stream before it has a meta
+			// leader: every node must be in it first.
+			if err := s.WaitReady(ctx, in.name); err != nil {
+				return err
+			}
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			return &PortInUseError{Port: port, For: name, Err: err}
-		}
-		s.listeners[name] = l.(*net.TCPListener)
-		s.Addr[name] = l.Addr().String()
 	}
-	for _, name := range Processes {
-		if err := s.startChild(name); err != nil {
+	if cfg.NATSCluster > 1 {
+		if err := s.ensureStreams(ctx); err != nil {
 			return err
 		}
-		if name == "sim" { // the services need their companies first
+	}
+	for _, in := range s.insts {
+		if in.process == "nats" {
+			continue
+		}
+		if err := s.startChild(in); err != nil {
+			return err
+		}
+		if in.name == "sim" { // the services need their companies first
 			if err := s.WaitReady(ctx, "sim"); err != nil {
 				return err
 			}
 		}
 	}
-	for _, name := range Processes {
-		if err := s.WaitReady(ctx, name); err != nil {
+	for _, in := range s.insts {
+		if err := s.WaitReady(ctx, in.name); err != nil {
 			return err
 		}
 	}
 	return s.writeEnvFile()
 }
 
-// checkPorts fails with a [*PortInUseError] naming the first port of
-// base..base+len(Processes) that cannot be listened on.
-func checkPorts(base int) error {
-	for i := 0; i <= len(Processes); i++ {
-		what := "NATS"
-		if i > 0 {
-			what = Processes[i-1]
+// ensureStreams creates the streams on the cluster (with
+// [Stack.StreamReplicas] replicas) before the services start, so that ten
+// processes do not race to create them; each service ensures them again.
+func (s *Stack) ensureStreams(ctx context.Context) error {
+	nc, err := nats.Connect(s.NATSURL, nats.Name("tripsaga-up"), nats.Timeout(5*time.Second))
+	if err != nil {
+		return fmt.Errorf("stack: nats %s: %w", s.NATSURL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("stack: jetstream: %w", err)
+	}
+	if err := app.WaitJetStream(ctx, js, time.Minute); err != nil {
+		return fmt.Errorf("stack: %w", err)
+	}
+	if err := app.EnsureStreams(ctx, js, s.StreamReplicas(), time.Minute); err != nil {
+		return fmt.Errorf("stack: %w", err)
+	}
+	return nil
+}
+
+// planCluster adds the n NATS nodes to s.insts with their client and
+// route ports (from portOf, or free ones when 0) and sets NATSURL.
+func (s *Stack) planCluster(n int, portOf map[string]int) error {
+	client := make([]int, n+1)
+	route := make([]int, n+1)
+	var free []net.Listener
+	defer func() {
+		for _, l := range free {
+			l.Close()
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
+	}()
+	pick := func(p int) (int, error) {
+		if p != 0 {
+			return p, nil
+		}
+		// A free port, held until all are chosen so none comes twice; the
+		// node binds it a moment later.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return &PortInUseError{Port: base + i, For: what, Err: err}
+			return 0, fmt.Errorf("stack: no free port for NATS: %w", err)
+		}
+		free = append(free, l)
+		return l.Addr().(*net.TCPAddr).Port, nil
+	}
+	var err error
+	for i := 1; i <= n; i++ {
+		name := InstanceName("nats", i)
+		what := name
+		if i == 1 {
+			what = "NATS"
+		}
+		if client[i], err = pick(portOf[what]); err != nil {
+			return err
+		}
+		if route[i], err = pick(portOf[name+" routes"]); err != nil {
+			return err
+		}
+	}
+	var routes, urls []string
+	for i := 1; i <= n; i++ {
+		routes = append(routes, "nats://127.0.0.1:"+strconv.Itoa(route[i]))
+		urls = append(urls, "nats://127.0.0.1:"+strconv.Itoa(client[i]))
+	}
+	for i := 1; i <= n; i++ {
+		name := InstanceName("nats", i)
+		store := filepath.Join(s.cfg.Dir, "nats", "n"+strconv.Itoa(i))
+		if err := os.MkdirAll(store, 0o755); err != nil {
+			return fmt.Errorf("stack: %w", err)
+		}
+		s.insts = append(s.insts, &instance{
+			name: name, process: "nats", natsClient: client[i], natsRoute: route[i],
+			args: []string{"serve", "nats", "--name", name, "--port", strconv.Itoa(client[i]),
+				"--cluster-port", strconv.Itoa(route[i]), "--routes", strings.Join(routes, ","),
+				"--cluster-name", ClusterName, "--store", store},
+		})
+	}
+	s.NATSURL = strings.Join(urls, ",")
+	return nil
+}
+
+// checkPorts fails with a [*PortInUseError] naming the first port that
+// cannot be listened on.
+func checkPorts(ports []Port) error {
+	for _, p := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p.Port))
+		if err != nil {
+			return &PortInUseError{Port: p.Port, For: p.For, Err: err}
 		}
 		l.Close()
 	}
@@ -311,7 +579,8 @@ func allowSearch(dir string) error {
 
 // watch supervises PostgreSQL (the private cluster's postmaster) and the
 // embedded NATS server until Stop: one that died is started again on the
-// same port, and the Logger says so.
+// same port, and the Logger says so. (NATS nodes of a cluster are children,
+// restarted as children are.)
 func (s *Stack) watch() {
 	defer s.watching.Done()
 	t := time.NewTicker(250 * time.Millisecond)
@@ -382,12 +651,17 @@ func (s *Stack) restartNATS(old *server.Server) {
 	s.cfg.Logger.Warn("embedded NATS restarted", "url", s.NATSURL)
 }
 
-// LogPath returns the log file of a process.
+// LogPath returns the log file of an instance (logs/<instance>.log).
 func (s *Stack) LogPath(name string) string { return filepath.Join(s.cfg.Dir, "logs", name+".log") }
+
+// InstanceEnv names the environment variable that tells each child its
+// instance name ("hotel-2", "nats-1").
+const InstanceEnv = "TRIPSAGA_INSTANCE"
 
 func (s *Stack) env(name string) []string {
 	env := append(os.Environ(),
-		"NATS_URL="+s.NATSURL, "DATABASE_URL="+s.DatabaseURL, "HTTP_ADDR="+s.Addr[name])
+		"NATS_URL="+s.NATSURL, "DATABASE_URL="+s.DatabaseURL, "HTTP_ADDR="+s.Addr[name],
+		"STREAM_REPLICAS="+strconv.Itoa(s.StreamReplicas()), InstanceEnv+"="+name)
 	for k, v := range s.CompanyURLs() {
 		env = append(env, k+"="+v)
 	}
@@ -395,12 +669,13 @@ func (s *Stack) env(name string) []string {
 	return append(env, s.cfg.Env...)
 }
 
-func (s *Stack) startChild(name string) error {
+func (s *Stack) startChild(in *instance) error {
+	name := in.name
 	logf, err := os.OpenFile(s.LogPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(s.cfg.Binary, "serve", name)
+	cmd := exec.Command(s.cfg.Binary, in.args...)
 	cmd.Env = s.env(name)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if l := s.listeners[name]; l != nil {
@@ -460,7 +735,7 @@ func (s *Stack) startChild(name string) error {
 		stopped = s.stopped
 		s.mu.Unlock()
 		if !stopped {
-			if err := s.startChild(name); err != nil {
+			if err := s.startChild(in); err != nil {
 				s.cfg.Logger.Error("restart failed", "process", name, "err", err)
 			}
 		}
@@ -468,8 +743,9 @@ func (s *Stack) startChild(name string) error {
 	return nil
 }
 
-// Kill sends SIGKILL to a process and waits until it is dead. The
-// supervisor starts it again; wait for it with [Stack.WaitReady].
+// Kill sends SIGKILL to an instance ([Stack.Instances]: "payment",
+// "payment-2", "nats-2") and waits until it is dead. The supervisor
+// starts it again; wait for it with [Stack.WaitReady].
 func (s *Stack) Kill(name string) (pid int, err error) {
 	s.mu.Lock()
 	c := s.procs[name]
@@ -488,7 +764,7 @@ func (s *Stack) Kill(name string) (pid int, err error) {
 	return pid, nil
 }
 
-// Pid returns the current pid of a process.
+// Pid returns the current pid of an instance (0 if unknown).
 func (s *Stack) Pid(name string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -498,8 +774,13 @@ func (s *Stack) Pid(name string) int {
 	return 0
 }
 
-// WaitReady waits until a process answers 200 on GET /readyz (at most 60 s).
+// WaitReady waits until an instance answers 200 on GET /readyz (at most
+// 60 s). A NATS node is ready once it is in the cluster with a meta leader
+// and its streams and consumers are current.
 func (s *Stack) WaitReady(ctx context.Context, name string) error {
+	if _, ok := s.Addr[name]; !ok {
+		return fmt.Errorf("stack: no process %s", name)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	url := s.URL(name) + "/readyz"
@@ -525,8 +806,9 @@ func (s *Stack) WaitReady(ctx context.Context, name string) error {
 	}
 }
 
-// Stop stops the services (SIGTERM, then SIGKILL after 10 s), then the
-// simulators, PostgreSQL and NATS, removes [EnvFile] and releases the
+// Stop stops the services (SIGTERM, then SIGKILL after 10 s), newest
+// replica first, then the simulators, PostgreSQL and NATS (the embedded
+// server, or the cluster's nodes), removes [EnvFile] and releases the
 // folder's lock. Calling it again does nothing.
 func (s *Stack) Stop() {
 	s.mu.Lock()
@@ -540,24 +822,29 @@ func (s *Stack) Stop() {
 	close(s.quit)
 	s.watching.Wait()
 	_ = os.Remove(filepath.Join(s.cfg.Dir, EnvFile))
-	for i := len(Processes) - 1; i >= 0; i-- {
-		c := procs[Processes[i]]
-		if c == nil {
-			continue
-		}
-		_ = c.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-c.done:
-		case <-time.After(10 * time.Second):
-			_ = c.cmd.Process.Kill()
-			<-c.done
+	stop := func(nats bool) {
+		for i := len(s.insts) - 1; i >= 0; i-- {
+			in := s.insts[i]
+			c := procs[in.name]
+			if c == nil || (in.process == "nats") != nats {
+				continue
+			}
+			_ = c.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-c.done:
+			case <-time.After(10 * time.Second):
+				_ = c.cmd.Process.Kill()
+				<-c.done
+			}
 		}
 	}
+	stop(false)
 	if s.pg != nil {
 		if err := s.pg.Stop(); err != nil {
 			s.cfg.Logger.Error("postgres stop", "err", err)
 		}
 	}
+	stop(true)
 	for _, l := range s.listeners {
 		_ = l.Close()
 	}
