@@ -150,7 +150,7 @@ code{font-size:.8rem}
 <h1>tripsaga reconciler</h1>
 <table class="summary">
 <tr><th>trips in the projection now</th><td>{{.Total}}</td><td>every trip whose events the reconciler has seen</td></tr>
-{{with .LastSweep}}<tr><th>last sweep</th><td>{{ago $.Now .At}} ago</td><td>{{if .Skipped}}skipped: a replay was rebuilding the projection{{else if .Err}}<b>failed</b>: {{.Err}}{{else}}ok{{end}}</td></tr>
+{{with .LastSweep}}<tr><th>last sweep</th><td>{{ago $.Now .At}} ago</td><td>{{if .Skipped}}skipped: {{.SkippedFor}}{{else if .Err}}<b>failed</b>: {{.Err}}{{else}}ok{{end}}</td></tr>
 <tr><th>trips the last sweep checked</th><td>{{.Trips}}</td><td>the projection as it was when that sweep started</td></tr>
 <tr><th>company records the last sweep read</th><td>{{.Records}}</td><td>the hotel's holds, the card processor's charges and the car firm's bookings, all statuses</td></tr>
 {{else}}<tr><th>last sweep</th><td>none yet</td><td></td></tr>{{end}}

@@ -662,6 +662,25 @@ func TestReplay(t *testing.T) {
 		require.False(t, b.sweep(t).Skipped)
 	})
 
+	t.Run("OneReplicaSweepsAtATime", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		ctx := context.Background()
+		// Another replica's sweep holds the leader lock in its transaction.
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck // test
+		locked, err := queries.SweepTryLockLeader(ctx, tx)
+		require.NoError(t, err)
+		require.True(t, locked)
+		res, err := b.r.Sweep(ctx)
+		require.NoError(t, err)
+		require.True(t, res.Skipped)
+		require.Equal(t, "another replica was sweeping", res.SkippedFor)
+		require.NoError(t, tx.Rollback(ctx))
+		require.False(t, b.sweep(t).Skipped)
+	})
+
 	t.Run("RefusesOtherProjections", func(t *testing.T) {
 		t.Parallel()
 		_, err := ReplayProjection(context.Background(), "trips", ReplayConfig{})

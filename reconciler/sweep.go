@@ -78,8 +78,10 @@ type SweepResult struct {
 	// At is when the sweep started; Duration how long it took.
 	At       time.Time     `json:"at"`
 	Duration time.Duration `json:"duration_ns"`
-	// Skipped: a replay held the view, so nothing was judged.
-	Skipped bool `json:"skipped"`
+	// Skipped: a replay held the view, or another replica was sweeping,
+	// so nothing was judged here; SkippedFor says which.
+	Skipped    bool   `json:"skipped"`
+	SkippedFor string `json:"skipped_for,omitempty"`
 	// Records is the number of company records read; Trips the number of
 	// trips in the projection.
 	Records int `json:"records"`
@@ -137,8 +139,16 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 		return res, fmt.Errorf("sweep: lock: %w", err)
 	}
 	if !locked {
-		res.Skipped = true
+		res.Skipped, res.SkippedFor = true, "a replay was rebuilding the projection"
 		r.log.Info("reconciler: sweep skipped, a replay is rebuilding the view")
+		return res, nil
+	}
+	if locked, err = queries.SweepTryLockLeader(ctx, tx); err != nil {
+		return res, fmt.Errorf("sweep: lock: %w", err)
+	}
+	if !locked {
+		res.Skipped, res.SkippedFor = true, "another replica was sweeping"
+		r.log.Debug("reconciler: sweep skipped, another replica is sweeping")
 		return res, nil
 	}
 	// The view is read before the companies: a trip settled in it had its

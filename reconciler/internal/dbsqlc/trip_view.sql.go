@@ -117,6 +117,20 @@ func (q *Queries) ReplayUnlock(ctx context.Context, db DBTX) error {
 	return err
 }
 
+const sweepTryLockLeader = `-- name: SweepTryLockLeader :one
+SELECT pg_try_advisory_xact_lock(hashtext(current_schema() || '/reconciler/sweep'))::bool AS locked
+`
+
+// One sweep at a time across the reconciler's replicas: the sweep's
+// transaction holds this lock; a replica that cannot take it skips its
+// sweep (the other's findings are the same table).
+func (q *Queries) SweepTryLockLeader(ctx context.Context, db DBTX) (bool, error) {
+	row := db.QueryRow(ctx, sweepTryLockLeader)
+	var locked bool
+	err := row.Scan(&locked)
+	return locked, err
+}
+
 const sweepTryLockShared = `-- name: SweepTryLockShared :one
 SELECT pg_try_advisory_xact_lock_shared(hashtext(current_schema() || '/reconciler/replay'))::bool AS locked
 `

@@ -61,6 +61,12 @@ SELECT pg_advisory_unlock(hashtext(current_schema() || '/reconciler/replay'));
 -- name: SweepTryLockShared :one
 SELECT pg_try_advisory_xact_lock_shared(hashtext(current_schema() || '/reconciler/replay'))::bool AS locked;
 
+-- name: SweepTryLockLeader :one
+-- One sweep at a time across the reconciler's replicas: the sweep's
+-- transaction holds this lock; a replica that cannot take it skips its
+-- sweep (the other's findings are the same table).
+SELECT pg_try_advisory_xact_lock(hashtext(current_schema() || '/reconciler/sweep'))::bool AS locked;
+
 -- name: InboxDeleteByConsumer :execrows
 DELETE FROM inbox WHERE consumer = @consumer;
 
