@@ -74,10 +74,13 @@ func tripFromRow(row dbsqlc.Trip) Trip {
 
 // Config configures the trips [Service].
 type Config struct {
-	Pool       *pgxpool.Pool
-	JetStream  jetstream.JetStream
-	MailURL    string
-	Timing     saga.Timing
+	Pool      *pgxpool.Pool
+	JetStream jetstream.JetStream
+	MailURL   string
+	Timing    saga.Timing
+	// Instance names this process among the trips replicas (see
+	// saga.Liveness); "" = $TRIPSAGA_INSTANCE, else "<host>:trips".
+	Instance   string
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -88,6 +91,7 @@ type Service struct {
 	log     *slog.Logger
 	relay   *outbox.Relay
 	mail    *saga.Runner
+	live    *saga.Liveness
 	inboxes []*outbox.Inbox
 	mu      sync.Mutex
 	waiters map[string]*waiter // trip id -> closed at its next status change
@@ -108,8 +112,9 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	mc := provider.Mail(cfg.MailURL)
+	s.live = saga.NewLiveness(cfg.Pool, "trips", cfg.Instance, cfg.Logger)
 	s.mail, err = saga.New(saga.Config{
-		Pool: cfg.Pool, Timing: cfg.Timing, SoleInstance: true, Relay: s.relay, Logger: cfg.Logger, Registerer: cfg.Registerer,
+		Pool: cfg.Pool, Timing: cfg.Timing, Liveness: s.live, Relay: s.relay, Logger: cfg.Logger, Registerer: cfg.Registerer,
 		Spec: saga.Spec{Name: "mail", Service: "trips", Class: events.ForwardOnly, Company: mc, ActiveStatus: mc.ActiveStatus, OnDone: events.MailSent},
 	})
 	if err != nil {
@@ -139,10 +144,18 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Run runs the mail step's recovery pass, calls ready, then runs the
-// relay, the mail runner and the inboxes until ctx ends.
+// Run registers the process among the trips replicas (saga.Liveness),
+// runs the mail step's recovery pass, calls ready, then runs the relay,
+// the mail runner, the inboxes and the settled-trip listener until ctx
+// ends. Any number of replicas may run at once.
 func (s *Service) Run(ctx context.Context, ready func()) error {
+	if err := s.live.Start(ctx); err != nil {
+		return err
+	}
+	defer s.live.Close()
 	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.live.Run(ctx) })
+	g.Go(func() error { s.listenSettled(ctx); return nil })
 	g.Go(func() error { return s.relay.Run(ctx) })
 	if _, err := s.mail.RecoveryPass(ctx); err != nil {
 		return fmt.Errorf("recovery pass: %w", err)
@@ -229,6 +242,12 @@ func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	}); err != nil {
 		return err
 	}
+	if IsFinal(row.Status) {
+		// Requests waiting on it at other replicas.
+		if err := queries.TripNotifySettled(ctx, tx, row.TripID); err != nil {
+			return err
+		}
+	}
 	row.UpdatedAt = time.Now()
 	// Without a commit hook the waiters' once-a-second read finds it.
 	outbox.AfterCommit(ctx, func() { s.projected(row) })
@@ -245,6 +264,61 @@ func (s *Service) projected(row dbsqlc.Trip) {
 		w.row = row
 		close(w.ch) // wakes every request waiting on this trip
 		delete(s.waiters, row.TripID)
+	}
+}
+
+// listenSettled wakes the requests waiting on a trip that settled
+// whichever replica projected it (LISTEN trip_settled_<schema>, sent by
+// TripNotifySettled at commit), until ctx ends. A lost connection is
+// opened again after a second; every waiter is woken then, to read its
+// trip, for what was missed meanwhile (and the waiters read once a second
+// anyway).
+func (s *Service) listenSettled(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := s.listenSettledOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("trips: LISTEN for settled trips lost; waiters read once a second meanwhile", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Service) listenSettledOnce(ctx context.Context) error {
+	conn, err := s.cfg.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	var channel string
+	if err := conn.QueryRow(ctx, "SELECT 'trip_settled_' || current_schema()").Scan(&channel); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return err
+	}
+	defer func() { _, _ = conn.Exec(context.Background(), "UNLISTEN *") }()
+	s.wakeAll() // what settled while we were not listening
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		s.projected(dbsqlc.Trip{TripID: n.Payload}) // the waiters read it
+	}
+}
+
+// wakeAll wakes every waiting request, to read its trip.
+func (s *Service) wakeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, w := range s.waiters {
+		close(w.ch)
+		delete(s.waiters, id)
 	}
 }
 

@@ -34,3 +34,9 @@ WHERE (sqlc.narg(status)::text IS NULL OR status = sqlc.narg(status)::text)
   AND (sqlc.narg(before)::text IS NULL OR trip_id < sqlc.narg(before)::text)
 ORDER BY trip_id DESC
 LIMIT @max;
+
+-- name: TripNotifySettled :exec
+-- Tells every trips replica (LISTEN trip_settled_<schema>) that a trip
+-- settled, at commit, so a request waiting on it (Prefer: wait) wakes
+-- whichever replica projected the event.
+SELECT pg_notify('trip_settled_' || current_schema(), @trip_id::text);

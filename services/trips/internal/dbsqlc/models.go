@@ -54,6 +54,16 @@ type Outbox struct {
 	RedrivenAt    *time.Time
 }
 
+type Process struct {
+	ID        int32
+	Instance  string
+	Host      string
+	Pid       int32
+	StartedAt time.Time
+	SeenAt    time.Time
+	GoneAt    *time.Time
+}
+
 type Step struct {
 	TripID         string
 	Step           string
@@ -77,6 +87,7 @@ type Step struct {
 	FinishedAt     *time.Time
 	UndoneAt       *time.Time
 	UpdatedAt      time.Time
+	Owner          *int32
 }
 
 type Trip struct {

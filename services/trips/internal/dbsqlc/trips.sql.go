@@ -138,6 +138,18 @@ func (q *Queries) TripList(ctx context.Context, db DBTX, arg TripListParams) ([]
 	return items, nil
 }
 
+const tripNotifySettled = `-- name: TripNotifySettled :exec
+SELECT pg_notify('trip_settled_' || current_schema(), $1::text)
+`
+
+// Tells every trips replica (LISTEN trip_settled_<schema>) that a trip
+// settled, at commit, so a request waiting on it (Prefer: wait) wakes
+// whichever replica projected the event.
+func (q *Queries) TripNotifySettled(ctx context.Context, db DBTX, tripID string) error {
+	_, err := db.Exec(ctx, tripNotifySettled, tripID)
+	return err
+}
+
 const tripSeeEvent = `-- name: TripSeeEvent :one
 UPDATE trips
 SET seen = CASE WHEN $1::text = ANY(seen) THEN seen ELSE seen || $1::text END,
