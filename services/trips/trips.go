@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -95,6 +96,8 @@ type Service struct {
 	inboxes []*outbox.Inbox
 	mu      sync.Mutex
 	waiters map[string]*waiter // trip id -> closed at its next status change
+	// notified counts settled-trip notifications received (any replica's).
+	notified atomic.Int64
 }
 
 // New builds the service.
@@ -308,6 +311,7 @@ func (s *Service) listenSettledOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		s.notified.Add(1)
 		s.projected(dbsqlc.Trip{TripID: n.Payload}) // the waiters read it
 	}
 }
