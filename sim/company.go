@@ -123,11 +123,12 @@ func specs() []*spec {
 // company is one simulated company: its store (its PostgreSQL schema, or
 // memory) and its fault rules.
 type company struct {
-	s      *Simulators
-	sp     *spec
-	store  store
-	faults *faultSet
-	log    *slog.Logger
+	s       *Simulators
+	sp      *spec
+	store   store
+	faults  *faultSet
+	overlap overlap
+	log     *slog.Logger
 }
 
 func newCompany(s *Simulators, sp *spec, st store) *company {
@@ -143,15 +144,16 @@ func newCompany(s *Simulators, sp *spec, st store) *company {
 func (c *company) register(mux *http.ServeMux) {
 	p := "/" + c.sp.name
 	coll := p + "/" + c.sp.collection
-	mux.HandleFunc("POST "+coll, c.handleCreate)
+	mux.HandleFunc("POST "+coll, c.overlap.track(func(r *http.Request) string { return r.Header.Get("Idempotency-Key") }, c.handleCreate))
 	mux.HandleFunc("GET "+coll+"/{key}", c.handleGet)
 	mux.HandleFunc("GET "+coll, c.handleList)
 	if c.sp.undoOp != "" {
-		mux.HandleFunc("POST "+coll+"/{key}/"+c.sp.undoVerb, c.handleUndo)
+		mux.HandleFunc("POST "+coll+"/{key}/"+c.sp.undoVerb, c.overlap.track(func(r *http.Request) string { return r.PathValue("key") }, c.handleUndo))
 	}
 	if c.sp.cards {
 		mux.HandleFunc("GET "+p+"/statements/{card_token}", c.handleStatement)
 	}
+	mux.HandleFunc("GET "+p+"/_stats", c.handleStats)
 	mux.HandleFunc("POST "+p+"/_faults", c.handleFaultAdd)
 	mux.HandleFunc("GET "+p+"/_faults", c.handleFaultList)
 	mux.HandleFunc("DELETE "+p+"/_faults", c.handleFaultClear)
