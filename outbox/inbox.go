@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/fault"
 	"github.com/tripsaga/tripsaga/outbox/internal/dbsqlc"
 )
 
@@ -729,6 +730,9 @@ func (in *Inbox) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.Ack()
 	case err == nil:
 		in.cfg.Metrics.inc(in.cfg.Name, "handled")
+		if fault.Hit(ctx, fault.At(in.cfg.Name, "inbox", fault.AfterCommit), e.Subject()) != nil {
+			return // as if the ack were lost: redelivered after AckWait, acked as a duplicate
+		}
 		_ = msg.Ack()
 		if in.cfg.OnCommitted != nil {
 			in.cfg.OnCommitted(e)
@@ -784,6 +788,9 @@ func (in *Inbox) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 			in.handle(ctx, msg)
 		}
 		return
+	}
+	if fault.HitAny(ctx, fault.At(in.cfg.Name, "inbox", fault.AfterCommit), len(ds), func(i int) string { return ds[i].Event.Subject() }) != nil {
+		return // as if the acks were lost
 	}
 	for i, msg := range ok {
 		in.cfg.Metrics.inc(in.cfg.Name, "handled")

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/fault"
 	"github.com/tripsaga/tripsaga/outbox/internal/dbsqlc"
 )
 
@@ -161,8 +163,8 @@ type localEvent struct {
 }
 
 type localPending struct {
-	id string
-	f  jetstream.PubAckFuture
+	id, subject string
+	f           jetstream.PubAckFuture
 }
 
 type relayMetrics struct {
@@ -381,6 +383,9 @@ func (r *Relay) listenOnce(ctx context.Context) error {
 	}
 }
 
+// service names the relay's service in fault points: its schema.
+func (r *Relay) service() string { return strings.TrimPrefix(r.channel, "outbox_") }
+
 func quoteIdent(s string) string {
 	out := []byte{'"'}
 	for i := 0; i < len(s); i++ {
@@ -495,6 +500,9 @@ func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 			return 0, err
 		}
 	}
+	if err := fault.HitAny(ctx, fault.At(r.service(), "relay", fault.AfterPublish), len(ps), func(i int) string { return fault.TripOfSubject(ps[i].row.NatsSubject) }); err != nil {
+		return 0, err
+	}
 	if len(ok) > 0 {
 		if err := queries.OutboxMarkPublished(ctx, tx, ok); err != nil {
 			return 0, fmt.Errorf("mark published: %w", err)
@@ -579,7 +587,7 @@ func (r *Relay) publishLocal(evs []localEvent) {
 			continue
 		}
 		select {
-		case r.acks <- localPending{id: e.id, f: f}:
+		case r.acks <- localPending{id: e.id, subject: e.subject, f: f}:
 		default:
 			// Too many waiting for PubAcks: the claims publish it later.
 		}
@@ -601,6 +609,9 @@ func (r *Relay) awaitLocal(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-p.f.Ok():
+			if fault.Hit(ctx, fault.At(r.service(), "relay", fault.AfterPublish), fault.TripOfSubject(p.subject)) != nil {
+				continue // as if the mark failed: claimed after LocalGrace, re-published, deduplicated
+			}
 			r.markMu.Lock()
 			r.toMark = append(r.toMark, p.id)
 			r.markMu.Unlock()

@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tripsaga/tripsaga/internal/fault"
 )
 
 // Outcome is what a company's answer decides.
@@ -230,11 +232,17 @@ func (c *Client) do(ctx context.Context, method, path, key string, body any) (an
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
+	if err := callFault(ctx, method, fault.BeforeCall); err != nil {
+		return answer{}, fmt.Errorf("%w: %s %s: %w", ErrUnknownOutcome, method, path, err)
+	}
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
 		return answer{}, fmt.Errorf("%w: %s %s: %w", ErrUnknownOutcome, method, path, err)
 	}
 	defer resp.Body.Close()
+	if err := callFault(ctx, method, fault.AnswerUnread); err != nil {
+		return answer{}, fmt.Errorf("%w: %s %s: reading answer: %w", ErrUnknownOutcome, method, path, err)
+	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return answer{}, fmt.Errorf("%w: %s %s: reading answer: %w", ErrUnknownOutcome, method, path, err)
@@ -257,6 +265,16 @@ func (c *Client) do(ctx context.Context, method, path, key string, body any) (an
 		return answer{}, fmt.Errorf("%w: %s %s: %d without a body", ErrUnknownOutcome, method, path, resp.StatusCode)
 	}
 	return a, nil
+}
+
+// callFault runs the fault point where (internal/fault: before_call,
+// answer_unread) of the create or undo the saga has under way in ctx
+// (fault.WithSite); a status by key has none.
+func callFault(ctx context.Context, method, where string) error {
+	if method != http.MethodPost {
+		return nil
+	}
+	return fault.HitSite(ctx, where)
 }
 
 // reason returns the company's own words in a 4xx answer: the body's

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/fault"
 	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/saga/internal/dbsqlc"
@@ -521,6 +522,7 @@ func (r *Runner) call(ctx context.Context, op string, f func(context.Context) (p
 // forward calls the company for a claimed row (status started) and records
 // the answer.
 func (r *Runner) forward(ctx context.Context, claimed dbsqlc.Step) {
+	ctx = fault.WithSite(ctx, r.cfg.Spec.Service, r.cfg.Spec.Name, false, claimed.TripID) // fault points <service>.<op>.<where>
 	var body json.RawMessage = claimed.Request
 	res, callErr := r.call(ctx, "do", func(ctx context.Context) (provider.Result, error) {
 		return r.cfg.Spec.Company.Create(ctx, claimed.IdempotencyKey, body)
@@ -530,6 +532,9 @@ func (r *Runner) forward(ctx context.Context, claimed dbsqlc.Step) {
 	}
 	if ctx.Err() != nil {
 		return // shutting down: the lease expires and the recovery pass asks again
+	}
+	if fault.HitSite(ctx, fault.AfterCall) != nil {
+		return // as if the answer could not be recorded: asked again by key
 	}
 	err := r.inTx(ctx, claimed, func(tx pgx.Tx, row *dbsqlc.Step) ([]event.Event, error) {
 		if Status(row.Status) != Started || row.Attempts != claimed.Attempts {
@@ -650,6 +655,7 @@ func (r *Runner) learnUndo(ctx context.Context, key string, res provider.Result,
 
 // undo calls the company's undo by key for a claimed compensating row.
 func (r *Runner) undo(ctx context.Context, claimed dbsqlc.Step) {
+	ctx = fault.WithSite(ctx, r.cfg.Spec.Service, r.cfg.Spec.Name, true, claimed.TripID)
 	res, callErr := r.call(ctx, "undo", func(ctx context.Context) (provider.Result, error) {
 		return r.cfg.Spec.Company.Undo(ctx, claimed.IdempotencyKey)
 	})
@@ -658,6 +664,9 @@ func (r *Runner) undo(ctx context.Context, claimed dbsqlc.Step) {
 	}
 	if ctx.Err() != nil {
 		return
+	}
+	if fault.HitSite(ctx, fault.AfterCall) != nil {
+		return // as if the answer could not be recorded: retried by key
 	}
 	err := r.inTx(ctx, claimed, func(tx pgx.Tx, row *dbsqlc.Step) ([]event.Event, error) {
 		if Status(row.Status) != Compensating || row.UndoAttempts != claimed.UndoAttempts {
@@ -792,6 +801,9 @@ func (r *Runner) inTx(ctx context.Context, claimed dbsqlc.Step, f func(tx pgx.Tx
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
+	if fault.HitSite(ctx, fault.AfterLog) != nil {
+		return nil // as if the local publish failed: relays claim the events after LocalGrace
+	}
 	committed()
 	return nil
 }
@@ -824,6 +836,9 @@ func (r *Runner) inTxAsClaimed(ctx context.Context, claimed dbsqlc.Step, f func(
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return false, err
+	}
+	if fault.HitSite(ctx, fault.AfterLog) != nil {
+		return true, nil // as if the local publish failed
 	}
 	committed()
 	return true, nil
