@@ -1,0 +1,375 @@
+package stack
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/demo"
+	"github.com/tripsaga/tripsaga/internal/testenv"
+)
+
+func TestInstanceNamesAndPorts(t *testing.T) {
+	require.Equal(t, "hotel", InstanceName("hotel", 1))
+	require.Equal(t, "hotel-2", InstanceName("hotel", 2))
+	require.Equal(t, "nats-1", InstanceName("nats", 1))
+
+	// Replica 1 keeps today's layout; the rest follow.
+	ports := Ports(Config{BasePort: 7400, Replicas: 2, NATSCluster: 3})
+	want := []Port{
+		{7400, "NATS"}, {7401, "sim"}, {7402, "hotel"}, {7403, "payment"}, {7404, "car"}, {7405, "trips"}, {7406, "reconciler"},
+		{7407, "hotel-2"}, {7408, "payment-2"}, {7409, "car-2"}, {7410, "trips-2"}, {7411, "reconciler-2"},
+		{7412, "nats-2"}, {7413, "nats-3"},
+		{7414, "nats-1 routes"}, {7415, "nats-2 routes"}, {7416, "nats-3 routes"},
+		{7417, "nats-1 health"}, {7418, "nats-2 health"}, {7419, "nats-3 health"},
+	}
+	require.Equal(t, want, ports)
+	require.Len(t, Ports(Config{BasePort: 7400}), 1+len(Processes))
+
+	for _, bad := range []Config{{Replicas: -1}, {NATSCluster: 2}} {
+		bad.Dir = t.TempDir()
+		_, err := Start(context.Background(), bad)
+		require.Error(t, err, "%+v", bad)
+	}
+}
+
+// tripBody is a valid trip paid with card.
+func tripBody(card, email string) []byte {
+	day := time.Now().AddDate(0, 0, 30)
+	return fmt.Appendf(nil, `{"traveler":{"name":"Ada Example","email":%q},"hotel":{"property_id":"P-100","check_in":%q,"nights":2},"car":{"car_class":"compact","pickup":%q,"return":%q},"payment":{"card_token":%q,"amount_cents":33000,"currency":"USD"}}`,
+		email, day.Format(time.DateOnly), day.Format(time.DateOnly), day.AddDate(0, 0, 2).Format(time.DateOnly), card)
+}
+
+// book posts a trip to base with Prefer: wait=0 and an Idempotency-Key,
+// and returns its id; "" when the answer was not 201/202 (a caller may post
+// again with the same key).
+func book(ctx context.Context, base, key string, body []byte) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/trips", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Prefer", "wait=0")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var tr struct {
+		TripID string `json:"trip_id"`
+	}
+	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusAccepted {
+		return "", fmt.Errorf("POST /trips: %d", resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&tr); err != nil {
+		return "", err
+	}
+	return tr.TripID, nil
+}
+
+func getJSON(u string, v any) (int, error) {
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(u)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if v != nil {
+		_ = json.NewDecoder(resp.Body).Decode(v)
+	}
+	return resp.StatusCode, nil
+}
+
+// settled polls GET /trips/{id} on base until the trip is confirmed or
+// canceled (the bounded wait only stops a hung test) and returns its
+// status.
+func settled(t *testing.T, base, id string) string {
+	t.Helper()
+	var status string
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		var tr struct {
+			Status string `json:"status"`
+		}
+		if code, err := getJSON(base+"/trips/"+url.PathEscape(id), &tr); err == nil && code == http.StatusOK {
+			status = tr.Status
+			if status == "confirmed" || status == "canceled" {
+				return status
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("trip %s never settled (last status %q)", id, status)
+	return ""
+}
+
+// judge reads the companies' own records of a settled trip paid with card
+// (hold, charge, booking, the card's statement lines, the mails) and
+// returns them with demo.Verdict's judgement.
+func judge(t *testing.T, s *Stack, id, status, card string) demo.TripOutcome {
+	t.Helper()
+	urls := s.CompanyURLs()
+	o := demo.TripOutcome{TripID: id, Status: status}
+	rec := func(base, res, key string) string {
+		var v struct {
+			Status string `json:"status"`
+		}
+		code, err := getJSON(base+"/"+res+"/"+url.PathEscape(key), &v)
+		switch {
+		case err != nil:
+			return "error"
+		case code == http.StatusNotFound:
+			return "none"
+		}
+		return v.Status
+	}
+	o.Hold = rec(urls["HOTEL_URL"], "holds", id+":hotel")
+	o.Charge = rec(urls["PAYMENTS_URL"], "charges", id+":charge")
+	o.Booking = rec(urls["CARS_URL"], "bookings", id+":car")
+	var st struct {
+		Lines []struct {
+			TripID string `json:"trip_id"`
+			Kind   string `json:"kind"`
+		} `json:"lines"`
+	}
+	_, err := getJSON(urls["PAYMENTS_URL"]+"/statements/"+url.PathEscape(card), &st)
+	require.NoError(t, err)
+	for _, l := range st.Lines {
+		if l.TripID != id {
+			continue
+		}
+		switch l.Kind {
+		case "charge":
+			o.Charges++
+		case "refund":
+			o.Refunds++
+		}
+	}
+	// The mail goes out just after the trip settles: wait for it.
+	testenv.Eventually(t, func() bool {
+		var msgs struct {
+			Items []any `json:"items"`
+		}
+		if _, err := getJSON(urls["MAIL_URL"]+"/messages?trip_id="+url.QueryEscape(id), &msgs); err != nil {
+			return false
+		}
+		o.Mails = len(msgs.Items)
+		return o.Mails > 0
+	}, "the mail of trip %s", id)
+	o.Verdict = demo.Verdict(o)
+	return o
+}
+
+// TestReplicas (issue 6 item 1): a stack with two replicas of every
+// service starts, every replica answers /readyz on its own port, with its
+// own log and its instance name, a replica of payment killed with SIGKILL
+// comes back, and a trip booked through the second trips replica settles
+// whole.
+func TestReplicas(t *testing.T) {
+	dir := tempDir(t)
+	var log syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := Start(ctx, Config{
+		Dir: dir, Binary: binary, Replicas: 2,
+		Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+
+	var want []string
+	want = append(want, "sim")
+	for _, p := range Services {
+		want = append(want, p, p+"-2")
+	}
+	require.Equal(t, want, s.Instances())
+	addrs := map[string]string{}
+	for _, name := range s.Instances() {
+		require.NoError(t, s.WaitReady(ctx, name))
+		if other, ok := addrs[s.Addr[name]]; ok {
+			t.Fatalf("%s and %s share %s", name, other, s.Addr[name])
+		}
+		addrs[s.Addr[name]] = name
+		if _, err := os.Stat(s.LogPath(name)); err != nil {
+			t.Fatalf("log of %s: %v", name, err)
+		}
+		environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", s.Pid(name)))
+		require.NoError(t, err)
+		if !slices.Contains(strings.Split(string(environ), "\x00"), InstanceEnv+"="+name) {
+			t.Fatalf("%s was not told its instance name (%s)", name, InstanceEnv)
+		}
+	}
+	trips := s.URLs("trips")
+	require.Equal(t, []string{s.URL("trips"), s.URL("trips-2")}, trips)
+	require.Equal(t, []string{s.URL("sim")}, s.URLs("sim"))
+	env, err := ReadEnvFile(dir)
+	require.NoError(t, err)
+	require.Equal(t, s.URL("trips"), env["TRIPS_URL"])
+	require.Equal(t, strings.Join(trips, ","), env["TRIPS_URLS"])
+
+	old := s.Pid("payment-2")
+	pid, err := s.Kill("payment-2")
+	require.NoError(t, err)
+	require.Equal(t, old, pid)
+	require.NoError(t, s.WaitReady(ctx, "payment-2"))
+	require.NotEqual(t, old, s.Pid("payment-2"), "payment-2 was not started again")
+	require.Contains(t, log.String(), "process=payment-2")
+
+	card := "tok_replicas_" + strings.ToLower(ulid.Make().String()[16:])
+	var id string
+	testenv.Eventually(t, func() bool {
+		id, err = book(ctx, trips[1], "replicas-"+card, tripBody(card, "replicas@example.com"))
+		return err == nil && id != ""
+	}, "POST /trips through trips-2 accepted")
+	// Asked through the first replica: the projection lives in PostgreSQL.
+	status := settled(t, trips[0], id)
+	o := judge(t, s, id, status, card)
+	require.Equal(t, demo.Whole, o.Verdict, "%+v", o)
+	require.Equal(t, 1, o.Mails, "%+v", o)
+}
+
+// TestNATSClusterNodeKilled (issue 6 item 2): on a three-node JetStream
+// cluster (streams at 3 replicas), trips are booked at a steady rate while
+// one node is killed with SIGKILL and restarted by the supervisor; every
+// trip ends whole or empty by the companies' own records, nothing is
+// doubled (one charge line at most, one mail), and the services
+// reconnected on their own (same pids).
+func TestNATSClusterNodeKilled(t *testing.T) {
+	dir := tempDir(t)
+	var log syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := Start(ctx, Config{
+		Dir: dir, Binary: binary, NATSCluster: 3,
+		Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+
+	require.Equal(t, []string{"nats-1", "nats-2", "nats-3"}, s.Instances()[:3])
+	require.Len(t, strings.Split(s.NATSURL, ","), 3)
+	require.Equal(t, 3, s.StreamReplicas())
+	nc, err := nats.Connect(s.NATSURL)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	for _, name := range []string{events.StreamTrips, events.StreamDeadLetter} {
+		st, err := js.Stream(ctx, name)
+		require.NoError(t, err)
+		require.Equal(t, 3, st.CachedInfo().Config.Replicas, "stream %s", name)
+	}
+	// Every stream's leader on nats-2, the node to be killed: its death
+	// then forces an election in each stream while trips are in flight.
+	for _, name := range []string{events.StreamTrips, events.StreamHotel, events.StreamPayment, events.StreamCar, events.StreamDeadLetter} {
+		testenv.Eventually(t, func() bool {
+			st, err := js.Stream(ctx, name)
+			if err != nil {
+				return false
+			}
+			info, err := st.Info(ctx)
+			if err != nil || info.Cluster == nil {
+				return false
+			}
+			if info.Cluster.Leader == "nats-2" {
+				return true
+			}
+			_, _ = nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+name, []byte(`{"placement":{"preferred":"nats-2"}}`), 5*time.Second)
+			time.Sleep(200 * time.Millisecond)
+			return false
+		}, "stream %s led by nats-2", name)
+	}
+	pids := map[string]int{}
+	for _, name := range s.Instances() {
+		if !strings.HasPrefix(name, "nats-") {
+			pids[name] = s.Pid(name)
+		}
+	}
+
+	card := "tok_cluster_" + strings.ToLower(ulid.Make().String()[16:])
+	var (
+		mu  sync.Mutex
+		ids []string
+	)
+	stop := make(chan struct{})
+	var booking sync.WaitGroup
+	booking.Add(1)
+	go func() { // a trip every 100 ms, each posted until it is taken
+		defer booking.Done()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			key := fmt.Sprintf("%s-%d", card, i)
+			body := tripBody(card, fmt.Sprintf("cluster%d@example.com", i))
+			for {
+				id, err := book(ctx, s.URL("trips"), key, body)
+				if err == nil {
+					mu.Lock()
+					ids = append(ids, id)
+					mu.Unlock()
+					break
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+	}()
+	booked := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ids)
+	}
+	testenv.Eventually(t, func() bool { return booked() >= 20 }, "20 trips booked before the kill")
+	old := s.Pid("nats-2")
+	_, err = s.Kill("nats-2")
+	require.NoError(t, err)
+	atKill := booked()
+	require.NoError(t, s.WaitReady(ctx, "nats-2"))
+	require.NotEqual(t, old, s.Pid("nats-2"))
+	testenv.Eventually(t, func() bool { return booked() >= atKill+30 }, "30 more trips booked after the kill")
+	close(stop)
+	booking.Wait()
+
+	mu.Lock()
+	all := slices.Clone(ids)
+	mu.Unlock()
+	whole := 0
+	for _, id := range all {
+		status := settled(t, s.URL("trips"), id)
+		o := judge(t, s, id, status, card)
+		if o.Verdict == demo.Half || o.Charges > 1 || o.Mails != 1 {
+			t.Errorf("trip %s: %+v", id, o)
+		}
+		if o.Verdict == demo.Whole {
+			whole++
+		}
+	}
+	t.Logf("%d trips (%d booked before the kill): %d whole, %d empty", len(all), atKill, whole, len(all)-whole)
+	for name, pid := range pids {
+		require.Equal(t, pid, s.Pid(name), "%s was restarted: it should have reconnected to the cluster by itself", name)
+	}
+	require.Contains(t, log.String(), "process=nats-2")
+}
