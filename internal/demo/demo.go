@@ -247,6 +247,25 @@ func (env *Env) settle(ctx context.Context, a *tripAnswer) (*tripAnswer, int64) 
 func (env *Env) judge(ctx context.Context, a *tripAnswer, card string) TripOutcome {
 	cur, settledMS := env.settle(ctx, a)
 	t := TripOutcome{TripID: a.TripID, Answer: a.code, AnswerStatus: a.Status, AnswerMS: a.ms, SettledMS: settledMS, Status: cur.Status, Reason: cur.Reason}
+	// The mail is sent just after the trip settles: give it a moment.
+	for i := 0; i < 50; i++ {
+		env.Records(ctx, &t, card)
+		if t.Mails > 0 || (cur.Status != "confirmed" && cur.Status != "canceled") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return t
+}
+
+// Records reads what the companies hold of the trip t.TripID, paid with
+// card: its hold, charge and booking by key (GET /holds/{T:hotel},
+// /charges/{T:charge}, /bookings/{T:car}: a status word, "none" or
+// "error"), the card statement's charge and refund lines of the trip, and
+// the mails sent for it (GET /messages?trip_id=T). It fills those fields
+// of t and its Verdict (from t.Status, which the caller sets).
+func (env *Env) Records(ctx context.Context, t *TripOutcome, card string) {
+	env.init()
 	status := func(base, res, key string) string {
 		var v struct {
 			Status string `json:"status"`
@@ -257,21 +276,24 @@ func (env *Env) judge(ctx context.Context, a *tripAnswer, card string) TripOutco
 			return "error"
 		case code == http.StatusNotFound:
 			return "none"
+		case code != http.StatusOK:
+			return "error"
 		}
 		return v.Status
 	}
-	t.Hold = status(env.HotelURL, "holds", a.TripID+":hotel")
-	t.Charge = status(env.PaymentsURL, "charges", a.TripID+":charge")
-	t.Booking = status(env.CarsURL, "bookings", a.TripID+":car")
+	t.Hold = status(env.HotelURL, "holds", t.TripID+":hotel")
+	t.Charge = status(env.PaymentsURL, "charges", t.TripID+":charge")
+	t.Booking = status(env.CarsURL, "bookings", t.TripID+":car")
 	var st struct {
 		Lines []struct {
 			TripID string `json:"trip_id"`
 			Kind   string `json:"kind"`
 		} `json:"lines"`
 	}
+	t.Charges, t.Refunds = 0, 0
 	if _, err := env.getJSON(ctx, env.PaymentsURL+"/statements/"+url.PathEscape(card), &st); err == nil {
 		for _, l := range st.Lines {
-			if l.TripID != a.TripID {
+			if l.TripID != t.TripID {
 				continue
 			}
 			if l.Kind == "charge" {
@@ -281,21 +303,13 @@ func (env *Env) judge(ctx context.Context, a *tripAnswer, card string) TripOutco
 			}
 		}
 	}
-	// The mail is sent just after the trip settles: give it a moment.
-	for i := 0; i < 50; i++ {
-		var msgs struct {
-			Items []any `json:"items"`
-		}
-		if _, err := env.getJSON(ctx, env.MailURL+"/messages?trip_id="+url.QueryEscape(a.TripID), &msgs); err == nil {
-			t.Mails = len(msgs.Items)
-		}
-		if t.Mails > 0 || (cur.Status != "confirmed" && cur.Status != "canceled") {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	var msgs struct {
+		Items []any `json:"items"`
 	}
-	t.Verdict = Verdict(t)
-	return t
+	if _, err := env.getJSON(ctx, env.MailURL+"/messages?trip_id="+url.QueryEscape(t.TripID), &msgs); err == nil {
+		t.Mails = len(msgs.Items)
+	}
+	t.Verdict = Verdict(*t)
 }
 
 // Verdict judges one trip from the companies' records and its status:

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/tripsaga/tripsaga/internal/chaos"
+	"github.com/tripsaga/tripsaga/internal/stack"
+)
+
+// chaosOptions are the flags of tripsaga chaos.
+type chaosOptions struct {
+	duration, killEvery, settleLimit time.Duration
+	rate                             float64
+	replicas, natsCluster            int
+	seed                             uint64
+	dir                              string
+	asJSON                           bool
+	binary                           string // tests: the tripsaga binary to start
+}
+
+func chaosCmd() *cobra.Command {
+	var o chaosOptions
+	cmd := &cobra.Command{
+		Use:   "chaos",
+		Short: "Run everything under random company faults and SIGKILLs for a while, then audit every trip against the companies' records",
+		Long: `chaos starts the whole system (as up does, with --replicas and --nats-cluster)
+and for --duration books trips at --rate per second through the trips API,
+spread over every trips replica (a POST whose replica died is sent again
+with the same Idempotency-Key to another), with a mix of travelers some of
+whom are turned down on purpose (car or hotel sold out, card declined).
+Meanwhile the company simulators draw faults per call (lost answers, hangs,
+late commits, 503s, slow answers, failing and slow undos), and every
+--kill-every a random instance (any service replica, or a NATS node of a
+cluster; never the simulators) is SIGKILLed and restarted by the
+supervisor.
+
+Then the faults and kills stop, the system is left to settle (every trip
+confirmed or canceled, no step unfinished, at most --settle-limit), and
+every trip is audited against the companies' own records. It prints trips
+booked, whole / empty / HALF, duplicate effects per company, mails per
+trip, the time to settle after the faults stopped, incidents, dead letters,
+faults drawn and kills per instance (--json: one JSON object), and exits
+non-zero on any half trip, any duplicate, any trip not settled, or a trip
+without exactly one mail.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runChaos(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&o.duration, "duration", 2*time.Minute, "how long to book trips under faults and kills")
+	f.Float64Var(&o.rate, "rate", 5, "trips booked per second, steadily")
+	f.IntVar(&o.replicas, "replicas", 1, "processes of every service")
+	f.IntVar(&o.natsCluster, "nats-cluster", 0, "0: one embedded NATS server; 3: a three-node JetStream cluster (its nodes are killed too)")
+	f.DurationVar(&o.killEvery, "kill-every", 5*time.Second, "SIGKILL a random instance this often (0: never)")
+	f.Uint64Var(&o.seed, "seed", 0, "seed of the travelers' mix and the kills' victims (0: from the clock; the report says which)")
+	f.DurationVar(&o.settleLimit, "settle-limit", 10*time.Minute, "longest wait for the system to settle after the faults stopped")
+	f.StringVar(&o.dir, "dir", "", "folder for the stack's data and logs, kept (default: a new temp folder, removed unless the run fails)")
+	f.BoolVar(&o.asJSON, "json", false, "print the report as one JSON object")
+	return cmd
+}
+
+func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
+	switch {
+	case o.duration <= 0:
+		return fmt.Errorf("--duration %s: want a positive duration", o.duration)
+	case o.rate <= 0:
+		return fmt.Errorf("--rate %g: want more than 0 trips per second", o.rate)
+	case o.replicas < 1:
+		return fmt.Errorf("--replicas %d: want 1 or more", o.replicas)
+	case o.natsCluster < 0 || o.natsCluster == 2:
+		return fmt.Errorf("--nats-cluster %d: want 0 (one embedded server) or 3 or more", o.natsCluster)
+	case o.killEvery < 0:
+		return fmt.Errorf("--kill-every %s: want 0 (no kills) or a positive duration", o.killEvery)
+	}
+	dir, temp := o.dir, o.dir == ""
+	if temp {
+		d, err := os.MkdirTemp("", "tripsaga-chaos-")
+		if err != nil {
+			return err
+		}
+		dir = d
+	} else if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	fmt.Fprintf(errw, "starting NATS, PostgreSQL, the simulators and every service (%d replica(s)) in %s ...\n", o.replicas, dir)
+	start := time.Now()
+	s, err := stack.Start(ctx, stack.Config{Dir: dir, Binary: o.binary, Replicas: o.replicas, NATSCluster: o.natsCluster, Logger: chaosLogger(errw)})
+	if err != nil {
+		if temp {
+			_ = os.RemoveAll(dir)
+		}
+		return err
+	}
+	fmt.Fprintf(errw, "up in %s: %d instances; booking for %s at %g trips/s\n", time.Since(start).Round(time.Millisecond), len(s.Instances()), o.duration, o.rate)
+	killEvery := o.killEvery
+	if killEvery == 0 {
+		killEvery = -1
+	}
+	rep, err := chaos.Run(ctx, s, chaos.Config{
+		Duration: o.duration, Rate: o.rate, KillEvery: killEvery, Seed: o.seed, SettleLimit: o.settleLimit,
+		NATSURL: s.NATSURL, Replicas: o.replicas, NATSCluster: o.natsCluster, Progress: errw, ProgressPlain: !isTerminal(errw),
+	})
+	s.Stop()
+	if err != nil {
+		fmt.Fprintf(errw, "logs in %s\n", dir)
+		return err
+	}
+	if o.asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		rep.Print(out)
+	}
+	if err := rep.Err(); err != nil {
+		fmt.Fprintf(errw, "logs and data kept in %s\n", dir)
+		return err
+	}
+	if temp {
+		if err := os.RemoveAll(dir); err != nil {
+			return errors.Join(errors.New("chaos passed, but its folder could not be removed"), err)
+		}
+	}
+	return nil
+}
+
+// isTerminal reports whether w is a terminal (the progress bar redraws
+// itself there; elsewhere a plain line every 10 s).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// chaosLogger is the supervisor's logger in a chaos run: errors only (the
+// run's own kills and restarts are expected; the report counts them).
+func chaosLogger(errw io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelError}))
+}
