@@ -519,9 +519,36 @@ func (r *Runner) call(ctx context.Context, op string, f func(context.Context) (p
 	return res, err
 }
 
+// leaseCovers reports whether what is left of a claimed row's lease covers
+// the job's calls (up to two, each at most CallTimeout). A job that waited
+// for a call slot past that renews the lease first, only if the row is
+// still as claimed; when it is not (its lease ran out and another process,
+// or this one, took the row, or an undo was asked for) the call is not
+// made, so no two calls of one key are ever in flight.
+func (r *Runner) leaseCovers(ctx context.Context, claimed *dbsqlc.Step) bool {
+	if time.Until(claimed.NextAttemptAt) >= 2*r.t.CallTimeout+250*time.Millisecond {
+		return true
+	}
+	lease := time.Now().Add(2*r.t.CallTimeout + time.Second).Truncate(time.Microsecond)
+	n, err := queries.StepRenewLease(ctx, r.cfg.Pool, dbsqlc.StepRenewLeaseParams{
+		TripID: claimed.TripID, Step: claimed.Step, Status: claimed.Status,
+		Attempts: claimed.Attempts, UndoAttempts: claimed.UndoAttempts,
+		WasLease: claimed.NextAttemptAt, LeaseUntil: lease,
+	})
+	if err != nil || n == 0 {
+		r.log.Info("saga: a claimed call waited past its lease and the row changed meanwhile; not calling", "trip_id", claimed.TripID, "key", claimed.IdempotencyKey, "err", err)
+		return false
+	}
+	claimed.NextAttemptAt = lease
+	return true
+}
+
 // forward calls the company for a claimed row (status started) and records
 // the answer.
 func (r *Runner) forward(ctx context.Context, claimed dbsqlc.Step) {
+	if !r.leaseCovers(ctx, &claimed) {
+		return
+	}
 	ctx = fault.WithSite(ctx, r.cfg.Spec.Service, r.cfg.Spec.Name, false, claimed.TripID) // fault points <service>.<op>.<where>
 	var body json.RawMessage = claimed.Request
 	res, callErr := r.call(ctx, "do", func(ctx context.Context) (provider.Result, error) {
@@ -655,6 +682,9 @@ func (r *Runner) learnUndo(ctx context.Context, key string, res provider.Result,
 
 // undo calls the company's undo by key for a claimed compensating row.
 func (r *Runner) undo(ctx context.Context, claimed dbsqlc.Step) {
+	if !r.leaseCovers(ctx, &claimed) {
+		return
+	}
 	ctx = fault.WithSite(ctx, r.cfg.Spec.Service, r.cfg.Spec.Name, true, claimed.TripID)
 	res, callErr := r.call(ctx, "undo", func(ctx context.Context) (provider.Result, error) {
 		return r.cfg.Spec.Company.Undo(ctx, claimed.IdempotencyKey)

@@ -421,6 +421,43 @@ func (q *Queries) StepNextDue(ctx context.Context, db DBTX) (time.Time, error) {
 	return next_due, err
 }
 
+const stepRenewLease = `-- name: StepRenewLease :execrows
+UPDATE steps SET next_attempt_at = $1
+WHERE trip_id = $2 AND step = $3 AND status = $4
+  AND attempts = $5 AND undo_attempts = $6
+  AND next_attempt_at = $7
+`
+
+type StepRenewLeaseParams struct {
+	LeaseUntil   time.Time
+	TripID       string
+	Step         string
+	Status       string
+	Attempts     int32
+	UndoAttempts int32
+	WasLease     time.Time
+}
+
+// Renews the lease of a claimed row whose call waited for a free call slot
+// (so that what is left of the lease covers the calls), only if the row is
+// still as claimed (lease included); no row means another process took it
+// or an undo was asked for, and the call is not made.
+func (q *Queries) StepRenewLease(ctx context.Context, db DBTX, arg StepRenewLeaseParams) (int64, error) {
+	result, err := db.Exec(ctx, stepRenewLease,
+		arg.LeaseUntil,
+		arg.TripID,
+		arg.Step,
+		arg.Status,
+		arg.Attempts,
+		arg.UndoAttempts,
+		arg.WasLease,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const stepUpdate = `-- name: StepUpdate :execrows
 UPDATE steps SET
     status          = $1,

@@ -95,3 +95,13 @@ SELECT coalesce(min(t), now() + interval '1 hour')::timestamptz AS next_due FROM
     UNION ALL
     SELECT min(verify_at) FROM steps WHERE verify_at IS NOT NULL
 ) AS due;
+
+-- name: StepRenewLease :execrows
+-- Renews the lease of a claimed row whose call waited for a free call slot
+-- (so that what is left of the lease covers the calls), only if the row is
+-- still as claimed (lease included); no row means another process took it
+-- or an undo was asked for, and the call is not made.
+UPDATE steps SET next_attempt_at = @lease_until
+WHERE trip_id = @trip_id AND step = @step AND status = @status
+  AND attempts = @attempts AND undo_attempts = @undo_attempts
+  AND next_attempt_at = @was_lease;
