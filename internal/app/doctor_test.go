@@ -47,3 +47,40 @@ func TestServiceRefusesToStartOnViolation(t *testing.T) {
 	_, err = js.Stream(ctx, events.StreamCar)
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "no stream was created")
 }
+
+// TestServiceRefusesReplicasAboveTheCluster (issue 6 items 2 and 7): a
+// service asked for streams of 3 replicas (STREAM_REPLICAS=3) on a single
+// server refuses to start, naming the rule, and creates nothing.
+func TestServiceRefusesReplicasAboveTheCluster(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.NATS(t)
+	t.Setenv(events.StreamReplicasEnv, "3")
+	env, err := app.EnvFromOS()
+	require.NoError(t, err)
+	require.Equal(t, 3, env.StreamReplicas)
+	env.NATSURL, env.DatabaseURL, env.HTTPAddr, env.HotelURL = srv.ClientURL(), testenv.Postgres(t), "127.0.0.1:0", "http://127.0.0.1:1"
+	err = hotel.Run(ctx, env)
+	require.ErrorIs(t, err, doctor.ErrViolation)
+	require.ErrorContains(t, err, doctor.RuleStreamReplicas)
+	require.ErrorContains(t, err, "3 replicas but the cluster has 1 server")
+
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.Stream(ctx, events.StreamHotel)
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "no stream was created")
+}
+
+func TestStreamReplicasFromEnv(t *testing.T) {
+	t.Setenv(events.StreamReplicasEnv, "")
+	env, err := app.EnvFromOS()
+	require.NoError(t, err)
+	require.Equal(t, 1, env.StreamReplicas)
+	for _, bad := range []string{"0", "6", "three", "-1"} {
+		t.Setenv(events.StreamReplicasEnv, bad)
+		_, err := app.EnvFromOS()
+		require.ErrorContains(t, err, events.StreamReplicasEnv+"=")
+	}
+}

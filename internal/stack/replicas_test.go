@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/demo"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 )
@@ -275,6 +276,21 @@ func TestNATSClusterNodeKilled(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 3, st.CachedInfo().Config.Replicas, "stream %s", name)
 	}
+	// A stream left at one replica is raised to the replicas asked for;
+	// one process asking for fewer (a tool without STREAM_REPLICAS) never
+	// shrinks them.
+	car, err := js.Stream(ctx, events.StreamCar)
+	require.NoError(t, err)
+	cfg := car.CachedInfo().Config
+	cfg.Replicas = 1
+	_, err = js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	require.NoError(t, app.EnsureStreams(ctx, js, 3, 30*time.Second))
+	require.NoError(t, events.EnsureStreamsReplicas(ctx, js, events.Default, 1))
+	car, err = js.Stream(ctx, events.StreamCar)
+	require.NoError(t, err)
+	require.Equal(t, 3, car.CachedInfo().Config.Replicas, "CAR raised from 1 to 3 replicas, and kept there")
+
 	// Every stream's leader on nats-2, the node to be killed: its death
 	// then forces an election in each stream while trips are in flight.
 	for _, name := range []string{events.StreamTrips, events.StreamHotel, events.StreamPayment, events.StreamCar, events.StreamDeadLetter} {
