@@ -338,6 +338,34 @@ func TestUpNamesThePortInUse(t *testing.T) {
 	}
 }
 
+// TestUpRefusesBadReplicas (issue 6 items 1 and 2): --replicas below 1
+// and a two-node cluster are refused before anything starts, and the help
+// says how the replicas and the cluster are laid out.
+func TestUpRefusesBadReplicas(t *testing.T) {
+	for args, want := range map[string]string{
+		"--replicas 0":     "--replicas 0: want 1 or more",
+		"--nats-cluster 2": "--nats-cluster 2: want 1",
+	} {
+		var out bytes.Buffer
+		cmd := rootCmd()
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(append([]string{"up", "--dir", t.TempDir()}, strings.Fields(args)...))
+		err := cmd.Execute()
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("up %s: %v, want %q", args, err, want)
+		}
+	}
+	var out bytes.Buffer
+	cmd := rootCmd()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"up", "--help"})
+	require.NoError(t, cmd.Execute())
+	for _, want := range []string{"--replicas", "--nats-cluster", "hotel-2", "nats-1", "TRIPSAGA_INSTANCE", "STREAM_REPLICAS"} {
+		require.Contains(t, out.String(), want)
+	}
+}
+
 // TestReplayListsProjections (issue 7 item 14): replay of an unknown
 // projection lists what can be replayed; replay alone lists them.
 func TestReplayListsProjections(t *testing.T) {
