@@ -152,11 +152,7 @@ type run struct {
 	posted, answered, retried, failed, inflight atomic.Int64
 }
 
-// Run books, injects faults and kills for cfg.Duration on sys, lets the
-// system settle and audits it. The error is for a run that could not be
-// made (faults not armed, no trips replica); what the run found is in the
-// report ([Report.Err]).
-func Run(ctx context.Context, sys System, cfg Config) (*Report, error) {
+func newRun(sys System, cfg Config) (*run, *Report, error) {
 	cfg.defaults()
 	r := &run{
 		sys: sys, cfg: cfg, nonce: strings.ToLower(ulid.Make().String()[18:]),
@@ -166,13 +162,26 @@ func Run(ctx context.Context, sys System, cfg Config) (*Report, error) {
 		kills: map[string]int{},
 	}
 	if len(r.trips) == 0 {
-		return nil, errors.New("chaos: no trips replica")
+		return nil, nil, errors.New("chaos: no trips replica")
 	}
 	rep := &Report{
 		Seed: cfg.Seed, DurationS: cfg.Duration.Seconds(), Rate: cfg.Rate, KillEveryS: cfg.KillEvery.Seconds(),
 		Replicas: max(cfg.Replicas, 1), NATSCluster: cfg.NATSCluster, Duplicates: map[string]int{}, Kills: map[string]int{},
 		Faults: map[string]int{}, Incidents: map[string]int{}, IncidentKinds: map[string]int{}, Travelers: map[string]int{},
 	}
+	return r, rep, nil
+}
+
+// Run books, injects faults and kills for cfg.Duration on sys, lets the
+// system settle and audits it. The error is for a run that could not be
+// made (faults not armed, no trips replica); what the run found is in the
+// report ([Report.Err]).
+func Run(ctx context.Context, sys System, cfg Config) (*Report, error) {
+	r, rep, err := newRun(sys, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg = r.cfg
 	for _, in := range sys.Instances() {
 		if killable(in) {
 			rep.Victims = append(rep.Victims, in)
@@ -205,7 +214,13 @@ func Run(ctx context.Context, sys System, cfg Config) (*Report, error) {
 	r.disarm(context.WithoutCancel(ctx), armed, rep)
 	rep.FaultsStoppedAt = stopped.UTC()
 	r.waitPosts(ctx)
+	r.audit(ctx, rep, stopped)
+	return rep, nil
+}
 
+// audit lets the system settle after the faults stopped, audits every
+// trip and fills rep.
+func (r *run) audit(ctx context.Context, rep *Report, stopped time.Time) {
 	audits, settled, settledAt := r.settle(ctx, stopped)
 	rep.Settled = settled
 	if settled {
@@ -230,7 +245,6 @@ func Run(ctx context.Context, sys System, cfg Config) (*Report, error) {
 		}
 	}
 	summarize(rep, audits, bookings)
-	return rep, nil
 }
 
 // killable reports whether chaos kills an instance: any service replica
