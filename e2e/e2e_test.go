@@ -46,7 +46,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	bin := filepath.Join(dir, "tripsaga")
+	bin = filepath.Join(dir, "tripsaga")
 	build := exec.Command("go", "build", "-o", bin, "../cmd/tripsaga")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
