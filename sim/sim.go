@@ -16,8 +16,11 @@
 // so tests and the demo can make it sell out, decline, fail, lose answers,
 // hang, commit late or answer slowly, or misbehave: answer a body that does
 // not parse, another key, another amount, an unknown status word, or 401. [AddFault] and [ClearFaults] are a
-// small client for them. Fault rules live in memory: a restart forgets
-// them, while records stay.
+// small client for them. A rule with a Chance applies to a matching call
+// only with that probability (our test extension for `tripsaga chaos`,
+// never the default); [AddFaultRule] returns a rule's ID and
+// [RemoveFault] removes that one rule (DELETE <prefix>/_faults/{id}).
+// Fault rules live in memory: a restart forgets them, while records stay.
 //
 // Beyond the contract, and safe for callers to ignore: every list also takes
 // trip_id; resources carry created_at and updated_at (RFC 3339, UTC); a

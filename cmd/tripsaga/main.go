@@ -1,6 +1,7 @@
 // Command tripsaga runs the trip saga: one service process (serve), the
 // whole system on a laptop (up), the demo of every failure situation
-// (demo), a projection rebuilt from the streams (replay), a throughput
+// (demo), the whole system under random faults and kills, audited
+// (chaos), a projection rebuilt from the streams (replay), a throughput
 // measurement (bench), or a health check of a running process (health).
 package main
 

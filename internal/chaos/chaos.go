@@ -139,7 +139,12 @@ type run struct {
 	nonce     string
 	trips     []string // the trips replicas' URLs
 	companies map[string]string
-	http      *http.Client
+	http      *http.Client // GETs
+	// poster sends the POSTs on a new connection each: a replica killed
+	// mid-request is an error this run sees and retries on another
+	// replica (Go's transport would silently resend a request carrying an
+	// Idempotency-Key on a reused connection, to the same replica).
+	poster *http.Client
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -157,9 +162,10 @@ func newRun(sys System, cfg Config) (*run, *Report, error) {
 	r := &run{
 		sys: sys, cfg: cfg, nonce: strings.ToLower(ulid.Make().String()[18:]),
 		trips: sys.URLs("trips"), companies: sys.CompanyURLs(),
-		http:  &http.Client{Timeout: 20 * time.Second},
-		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), //nolint:gosec // a test's choices, not secrets
-		kills: map[string]int{},
+		http:   &http.Client{Timeout: 20 * time.Second},
+		poster: &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
+		rng:    rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), //nolint:gosec // a test's choices, not secrets
+		kills:  map[string]int{},
 	}
 	if len(r.trips) == 0 {
 		return nil, nil, errors.New("chaos: no trips replica")
@@ -437,7 +443,7 @@ func (r *run) post(ctx context.Context, u, key string, body []byte) (int, []byte
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
 	req.Header.Set("Prefer", "wait=2")
-	resp, err := r.http.Do(req)
+	resp, err := r.poster.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
