@@ -175,8 +175,9 @@ func TestAuditWholeAndEmptyPass(t *testing.T) {
 }
 
 // A synthetic half trip (canceled, its hold still held), a doubled charge,
-// a trip without a mail, one with two, and one whose undo is still being
-// retried are each reported, and the report fails.
+// a trip without a mail, one with two, one whose undo is still being
+// retried, and a hold of a trip nobody booked are each reported, and the
+// report fails.
 func TestAuditReportsHalfAndDuplicates(t *testing.T) {
 	t.Parallel()
 	f := newFakeSystem(t)
@@ -192,6 +193,10 @@ func TestAuditReportsHalfAndDuplicates(t *testing.T) {
 	f.addTrip(t, "T-twomails", "confirmed", "hold", "charge", "book", "mail")
 	f.do(t, "MAIL_URL", "/messages", "T-twomails:mail:again", map[string]any{"to": "ada@example.com", "subject": "s", "text": "t", "trip_id": "T-twomails"}, http.StatusAccepted)
 
+	// A hold for a trip the trips service never recorded.
+	f.do(t, "HOTEL_URL", "/holds", "T-ghost:hotel", map[string]any{"trip_id": "T-ghost", "property_id": "P-1",
+		"check_in": time.Now().UTC().AddDate(0, 0, 30).Format(time.DateOnly), "nights": 2, "guest": map[string]string{"name": "Ghost", "email": "ghost@example.com"}}, http.StatusCreated)
+
 	rep := audit(t, f)
 	err := rep.Err()
 	require.Error(t, err)
@@ -205,7 +210,8 @@ func TestAuditReportsHalfAndDuplicates(t *testing.T) {
 	require.Equal(t, 1, rep.Duplicates["mail messages"])
 	require.Equal(t, 3, rep.DuplicatesTotal)
 	require.Equal(t, MailStats{ExactlyOne: 3, None: 2, More: 1}, rep.Mails)
-	for _, want := range []string{"2 half trip(s)", "3 duplicate effect(s)", "1 trip(s) not settled", "3 trip(s) without exactly one mail"} {
+	require.Equal(t, []string{"holds T-ghost"}, rep.Orphans)
+	for _, want := range []string{"2 half trip(s)", "3 duplicate effect(s)", "1 trip(s) not settled", "3 trip(s) without exactly one mail", "1 company record(s) of trips nobody booked: holds T-ghost"} {
 		require.Contains(t, err.Error(), want)
 	}
 	bad := map[string]TripAudit{}

@@ -149,6 +149,8 @@ type run struct {
 	rngMu sync.Mutex
 	rng   *rand.Rand
 
+	orphans []string // set by settle
+
 	mu       sync.Mutex
 	bookings []*booking
 	kills    map[string]int
@@ -250,6 +252,7 @@ func (r *run) audit(ctx context.Context, rep *Report, stopped time.Time) {
 			rep.Posts.Errors = append(rep.Posts.Errors, b.key+": "+b.err)
 		}
 	}
+	rep.Orphans = r.orphans
 	summarize(rep, audits, bookings)
 }
 

@@ -140,6 +140,10 @@ type Report struct {
 	KillsTotal int            `json:"kills_total"`
 	KillErrors []string       `json:"kill_errors,omitempty"`
 
+	// Orphans are company records of trips the trips service never
+	// recorded ("holds T-9").
+	Orphans []string `json:"orphans,omitempty"`
+
 	// Bad lists the trips that are half, not settled, doubled, or without
 	// exactly one mail (at most 20).
 	Bad      []TripAudit `json:"bad_trips,omitempty"`
@@ -240,6 +244,9 @@ func summarize(rep *Report, audits []TripAudit, bookings []*booking) {
 	if len(lost) > 0 {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d trip(s) answered but not listed by GET /trips: %s", len(lost), strings.Join(lost[:min(len(lost), 5)], ", ")))
 	}
+	if len(rep.Orphans) > 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d company record(s) of trips nobody booked: %s", len(rep.Orphans), strings.Join(rep.Orphans[:min(len(rep.Orphans), 5)], ", ")))
+	}
 	if rep.Trips == 0 {
 		rep.Problems = append(rep.Problems, "no trip was booked")
 	}
@@ -275,6 +282,9 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(tw, "verdicts\twhole %d, empty %d, HALF %d\n", r.Whole, r.Empty, r.Half)
 	fmt.Fprintf(tw, "not settled\t%d\n", r.Unsettled)
 	fmt.Fprintf(tw, "duplicate effects\t%d (%s)\n", r.DuplicatesTotal, countList(r.Duplicates))
+	if len(r.Orphans) > 0 {
+		fmt.Fprintf(tw, "orphan records\t%d (%s)\n", len(r.Orphans), strings.Join(r.Orphans[:min(len(r.Orphans), 10)], ", "))
+	}
 	fmt.Fprintf(tw, "mails per trip\texactly one %d, none %d, more than one %d\n", r.Mails.ExactlyOne, r.Mails.None, r.Mails.More)
 	if r.Settled {
 		fmt.Fprintf(tw, "settled after faults stopped\t%.1f s (the last trip final %.1f s after)\n", float64(r.SettleAfterFaultsMS)/1000, float64(r.LastFinalAfterFaultsMS)/1000)

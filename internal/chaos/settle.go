@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -259,6 +260,7 @@ func (r *run) settle(ctx context.Context, stopped time.Time) ([]TripAudit, bool,
 			case open > 0:
 				allSince, full = time.Time{}, false
 			case full && passStart.After(grace):
+				r.orphans = orphans(trips, lists)
 				return r.collect(order, latest), true, allSince
 			default:
 				if allSince.IsZero() {
@@ -283,6 +285,7 @@ func (r *run) settle(ctx context.Context, stopped time.Time) ([]TripAudit, bool,
 							}
 							latest[a.TripID] = a
 						}
+						r.orphans = orphans(trips, lists)
 					}
 				}
 			}
@@ -293,6 +296,24 @@ func (r *run) settle(ctx context.Context, stopped time.Time) ([]TripAudit, bool,
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// orphans returns the trip ids that the companies hold records of
+// ("holds T-9") but the trips service never recorded.
+func orphans(trips []trip, lists map[string]map[string]int) []string {
+	known := map[string]bool{}
+	for _, t := range trips {
+		known[t.TripID] = true
+	}
+	var out []string
+	for _, coll := range slices.Sorted(maps.Keys(lists)) {
+		for _, id := range slices.Sorted(maps.Keys(lists[coll])) {
+			if !known[id] {
+				out = append(out, coll+" "+id)
+			}
+		}
+	}
+	return out
 }
 
 func (r *run) collect(order []string, latest map[string]TripAudit) []TripAudit {
