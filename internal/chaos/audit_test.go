@@ -245,3 +245,35 @@ func TestAuditTwoTripsForOneKey(t *testing.T) {
 	require.Equal(t, 1, rep.Duplicates["trips per Idempotency-Key"])
 	require.ErrorContains(t, rep.Err(), "duplicate")
 }
+
+// The simulators are never killed; every service replica and NATS node
+// may be. The travelers' mix follows its shares, the declined ones pay
+// with the card the card processor always declines, and the sold-out ones
+// share the address their rule matches.
+func TestVictimsAndTravelers(t *testing.T) {
+	t.Parallel()
+	require.False(t, killable("sim"))
+	for _, in := range []string{"hotel", "hotel-2", "trips-2", "reconciler", "nats-1", "nats-3"} {
+		require.True(t, killable(in), in)
+	}
+	r, _, err := newRun(&fakeSystem{svc: "http://127.0.0.1:1"}, Config{Seed: 7})
+	require.NoError(t, err)
+	counts := map[string]int{}
+	keys := map[string]bool{}
+	for n := 1; n <= 10000; n++ {
+		b := r.newBooking(n)
+		counts[b.kind]++
+		require.False(t, keys[b.key], "keys are unique")
+		keys[b.key] = true
+		require.NoError(t, b.req.ValidateNew(time.Now()), "a valid request")
+		switch b.kind {
+		case KindDeclined:
+			require.Equal(t, sim.DeclinedCardToken, b.req.Payment.CardToken)
+		case KindCarSoldOut, KindHotelSoldOut:
+			require.Equal(t, r.email(b.kind, 0), b.req.Traveler.Email)
+		}
+	}
+	for _, m := range mix {
+		require.InDelta(t, m.percent*100, counts[m.kind], 300, "%s: %d of 10000", m.kind, counts[m.kind])
+	}
+}
