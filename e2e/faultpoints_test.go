@@ -252,12 +252,15 @@ func marker(path string) map[string]string {
 // fault fired (its once marker, the process's log line) and, for kill,
 // that the process died there and was restarted by the supervisor (its
 // pid changed, it is ready again); then the trip it fired for, and the
-// row's own trip, end right, judged from the companies' own records:
-// confirmed and whole, or canceled and empty for a car sold out or
-// hanging, with one charge line at most, as many refund lines as charges
-// when canceled, and one mail. Rows of one process run one after the
-// other, the processes' rows side by side (car's cancel rows in a lane of
-// their own, their trips wait for the car's deadline).
+// row's own trip, end right, judged from the companies' own records
+// (demo.Verdict): whole when confirmed, empty when canceled (always
+// canceled for a car sold out or hanging; a trip whose steps outlived
+// their deadline while processes restarted is canceled too, which is just
+// as right), never HALF, with one charge line at most and one mail. Rows
+// of one process run one after the other, their compensations in a lane
+// of their own, the lanes side by side (car's cancel rows each in its own:
+// their trips wait for the car's deadline). The stack's STEP_DEADLINE_MS
+// is 20 s so that most trips outlive the kills and are confirmed.
 func TestFaultPoints(t *testing.T) {
 	require.NotEmpty(t, bin, "TestMain builds the binary")
 	dir := t.TempDir()
@@ -274,6 +277,9 @@ func TestFaultPoints(t *testing.T) {
 	var err error
 	g.s, err = stack.Start(ctx, stack.Config{Dir: filepath.Join(dir, "stack"), Binary: bin, Env: []string{
 		fault.EnvFile + "=" + g.rules, fault.EnvDir + "=" + g.markers,
+		// Long enough for a trip to outlive a few restarts of one
+		// process (two lanes kill car) and still be confirmed.
+		"STEP_DEADLINE_MS=20000",
 	}})
 	require.NoError(t, err)
 	defer g.s.Stop()
@@ -294,8 +300,11 @@ func TestFaultPoints(t *testing.T) {
 	lanes := map[string][]int{}
 	for i, r := range rows {
 		lane := fault.Process(r.point)
-		if r.scenario != happy {
+		switch r.scenario {
+		case carSoldOut:
 			lane += " (undo)"
+		case carHangs: // each waits for the car's deadline: side by side
+			lane = r.point
 		}
 		lanes[lane] = append(lanes[lane], i)
 	}
@@ -330,7 +339,9 @@ func TestFaultPoints(t *testing.T) {
 	verdicts := map[string]int{}
 	for _, id := range all {
 		o := g.judge(t, id)
-		verdicts[o.Verdict]++
+		g.mu.Lock()
+		verdicts[g.scenario[id]+" "+o.Status+" "+o.Verdict]++
+		g.mu.Unlock()
 		require.NotEqual(t, demo.Half, o.Verdict, "trip %s: %s", id, o.summary())
 		require.Equal(t, 1, o.Mails, "trip %s: %s", id, o.summary())
 	}
@@ -382,15 +393,18 @@ func (g *faultRig) row(t *testing.T, r faultRow, name string, upMu *sync.Mutex, 
 		g.mu.Lock()
 		sc, known := g.scenario[id]
 		g.mu.Unlock()
-		want := "confirmed"
+		// A trip whose car is sold out or hangs cannot be confirmed; any
+		// other trip ends confirmed, or canceled when its steps outlived
+		// their deadline while processes restarted: both are right.
+		want := []string{"confirmed", "canceled"}
 		if sc == carSoldOut || sc == carHangs {
-			want = "canceled"
+			want = want[1:]
 		}
 		b := o.summary()
 		t.Logf("%s fired in pid %s for %s; trip %s (%s): %s", rule, pid, trip, id, sc, b)
 		require.NotEqual(t, demo.Half, o.Verdict, "trip %s is whole or empty: %s", id, b)
 		if known {
-			require.Equal(t, want, o.Status, "trip %s (%s)", id, sc)
+			require.Contains(t, want, o.Status, "trip %s (%s)", id, sc)
 		}
 		require.LessOrEqual(t, o.Charges, 1, "one charge at most: %s", b)
 		require.LessOrEqual(t, o.Refunds, 1, "one refund at most: %s", b)
