@@ -141,7 +141,9 @@ type Config struct {
 	// longer.
 	InboxRetention time.Duration
 	// StreamReplicas is the replica count the process asks for when it
-	// creates streams (events.EnsureStreams: 1).
+	// creates streams: STREAM_REPLICAS (app.Env.StreamReplicas, 1 when
+	// unset; `tripsaga up --nats-cluster 3` sets 3). Services and
+	// `tripsaga doctor` set it from there; DefaultConfig says 1.
 	StreamReplicas int
 	// RequireStreams makes a missing stream a finding (for `tripsaga
 	// doctor`); at a service's start a missing stream is simply created
