@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,7 +109,7 @@ func (l *Liveness) Start(ctx context.Context) error {
 	l.mu.Lock()
 	l.conn = conn
 	l.mu.Unlock()
-	live, err := l.Live(ctx)
+	live, err := l.predecessorsLetGo(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -118,6 +119,36 @@ func (l *Liveness) Start(ctx context.Context) error {
 	}
 	l.log.Info("saga: liveness: registered", "instance", l.instance, "process_id", id, "predecessors_gone", n)
 	return nil
+}
+
+// predecessorsLetGo waits (at most 2 s) until no earlier process of this
+// instance name holds its lock: a predecessor killed a moment ago may
+// still have a PostgreSQL backend finishing its exit. It returns the
+// processes whose lock is held then.
+func (l *Liveness) predecessorsLetGo(ctx context.Context, id int32) ([]int32, error) {
+	prev, err := queries.ProcessPredecessorIDs(ctx, l.pool, dbsqlc.ProcessPredecessorIDsParams{Instance: l.instance, ID: id})
+	if err != nil {
+		return nil, fmt.Errorf("saga: liveness: %w", err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		live, err := l.Live(ctx)
+		if err != nil {
+			return nil, err
+		}
+		held := false
+		for _, p := range prev {
+			held = held || slices.Contains(live, p)
+		}
+		if !held || time.Now().After(deadline) {
+			return live, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func (l *Liveness) lock(ctx context.Context, conn *pgxpool.Conn, id int32) error {
@@ -215,6 +246,11 @@ func (l *Liveness) Close() {
 		}
 	}
 	if l.conn != nil {
+		// Unlock before closing: a closed session's backend exits (and
+		// lets go of the lock) a moment later, and peers should not wait.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, _ = queries.ProcessUnlock(ctx, l.conn, dbsqlc.ProcessUnlockParams{Namespace: int32(l.ns.Load()), ID: l.id.Load()})
+		cancel()
 		l.conn.Conn().Close(context.Background()) //nolint:errcheck // closing
 		l.conn.Release()
 		l.conn = nil

@@ -149,6 +149,36 @@ func (q *Queries) ProcessMarkPredecessorsGone(ctx context.Context, db DBTX, arg 
 	return result.RowsAffected(), nil
 }
 
+const processPredecessorIDs = `-- name: ProcessPredecessorIDs :many
+SELECT id FROM processes WHERE instance = $1 AND id <> $2 AND gone_at IS NULL
+`
+
+type ProcessPredecessorIDsParams struct {
+	Instance string
+	ID       int32
+}
+
+// Earlier processes of the same instance name not marked gone.
+func (q *Queries) ProcessPredecessorIDs(ctx context.Context, db DBTX, arg ProcessPredecessorIDsParams) ([]int32, error) {
+	rows, err := db.Query(ctx, processPredecessorIDs, arg.Instance, arg.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int32
+	for rows.Next() {
+		var id int32
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const processRegister = `-- name: ProcessRegister :one
 INSERT INTO processes (instance, host, pid) VALUES ($1, $2, $3)
 RETURNING id
@@ -167,6 +197,22 @@ func (q *Queries) ProcessRegister(ctx context.Context, db DBTX, arg ProcessRegis
 	var id int32
 	err := row.Scan(&id)
 	return id, err
+}
+
+const processUnlock = `-- name: ProcessUnlock :one
+SELECT pg_advisory_unlock($1::int, $2::int) AS unlocked
+`
+
+type ProcessUnlockParams struct {
+	Namespace int32
+	ID        int32
+}
+
+func (q *Queries) ProcessUnlock(ctx context.Context, db DBTX, arg ProcessUnlockParams) (bool, error) {
+	row := db.QueryRow(ctx, processUnlock, arg.Namespace, arg.ID)
+	var unlocked bool
+	err := row.Scan(&unlocked)
+	return unlocked, err
 }
 
 const stepReleaseDeadLeases = `-- name: StepReleaseDeadLeases :many

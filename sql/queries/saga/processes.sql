@@ -64,3 +64,10 @@ UPDATE steps s SET
 FROM dead
 WHERE s.trip_id = dead.trip_id AND s.step = dead.step
 RETURNING s.trip_id, s.step, dead.owner::int AS dead_owner;
+
+-- name: ProcessUnlock :one
+SELECT pg_advisory_unlock(@namespace::int, @id::int) AS unlocked;
+
+-- name: ProcessPredecessorIDs :many
+-- Earlier processes of the same instance name not marked gone.
+SELECT id FROM processes WHERE instance = @instance AND id <> @id AND gone_at IS NULL;
