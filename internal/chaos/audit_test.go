@@ -277,3 +277,39 @@ func TestVictimsAndTravelers(t *testing.T) {
 		require.InDelta(t, m.percent*100, counts[m.kind], 300, "%s: %d of 10000", m.kind, counts[m.kind])
 	}
 }
+
+// Two writes of one Idempotency-Key in flight at once at a company (what
+// two replicas calling for one step would do) are reported and fail the
+// run; a whole trip made one call at a time passes that check.
+func TestAuditReportsCallsInFlightTwice(t *testing.T) {
+	t.Parallel()
+	f := newFakeSystem(t)
+	f.addTrip(t, "T-whole", "confirmed", "hold", "charge", "book", "mail")
+	rep := audit(t, f)
+	require.NoError(t, rep.Err())
+	require.Zero(t, rep.OverlappingCallsTotal)
+
+	// The payment company answers slowly: a second charge of the same key
+	// arrives while the first is in flight.
+	ctx := context.Background()
+	require.NoError(t, sim.AddFault(ctx, f.companies["PAYMENTS_URL"], sim.Rule{Op: sim.OpCharge, Fault: sim.FaultSlowAnswer, DelayMS: 500, Times: 1}))
+	g := make(chan struct{})
+	go func() {
+		defer close(g)
+		f.do(t, "PAYMENTS_URL", "/charges", "T-whole:charge", map[string]any{"trip_id": "T-whole", "amount_cents": 33000, "currency": "USD", "card_token": "tok_t-whole"}, http.StatusCreated)
+	}()
+	require.Eventually(t, func() bool {
+		rules, err := sim.ListFaults(ctx, f.companies["PAYMENTS_URL"])
+		return err == nil && len(rules) == 1 && rules[0].Applied == 1
+	}, 10*time.Second, 5*time.Millisecond, "the slow charge is in flight")
+	f.do(t, "PAYMENTS_URL", "/charges", "T-whole:charge", map[string]any{"trip_id": "T-whole", "amount_cents": 33000, "currency": "USD", "card_token": "tok_t-whole"}, http.StatusCreated)
+	<-g
+	rep = audit(t, f)
+	require.Error(t, rep.Err())
+	require.EqualValues(t, 1, rep.OverlappingCalls["payments"])
+	require.EqualValues(t, 1, rep.OverlappingCallsTotal)
+	require.Contains(t, rep.Err().Error(), "1 call(s) made while another of the same Idempotency-Key was in flight")
+	var out bytes.Buffer
+	rep.Print(&out)
+	require.Regexp(t, `calls in flight twice +1 \(cars 0, hotel 0, mail 0, payments 1\)`, out.String())
+}

@@ -236,6 +236,7 @@ func (r *run) audit(ctx context.Context, rep *Report, stopped time.Time) {
 	}
 	r.incidents(ctx, rep)
 	rep.DeadLetters = r.deadLetters(ctx)
+	r.overlaps(ctx, rep)
 	r.mu.Lock()
 	kills := r.kills
 	rep.KillErrors = r.killErrs
@@ -572,5 +573,22 @@ func (p *progressLine) show(desc string, n int64) {
 func (p *progressLine) finish() {
 	if p.bar != nil {
 		_ = p.bar.Finish()
+	}
+}
+
+// overlaps reads every company's count of writes made while another write
+// of the same key was in flight (sim's GET <company>/_stats).
+func (r *run) overlaps(ctx context.Context, rep *Report) {
+	rep.OverlappingCalls = map[string]int64{}
+	for v, base := range r.companies {
+		name := strings.ToLower(strings.TrimSuffix(v, "_URL"))
+		st, err := sim.GetStats(ctx, base)
+		if err != nil {
+			rep.OverlappingCalls[name] = -1
+			rep.Problems = append(rep.Problems, fmt.Sprintf("overlapping calls of %s unknown: %v", name, err))
+			continue
+		}
+		rep.OverlappingCalls[name] = st.OverlappingCalls
+		rep.OverlappingCallsTotal += st.OverlappingCalls
 	}
 }

@@ -18,7 +18,7 @@ import (
 // cluster: random company faults on every call, a random instance (NATS
 // nodes included) SIGKILLed every few seconds. The run must exit 0 and
 // its report say: no half trip, nothing doubled, one mail per trip, every
-// trip settled, and that faults and kills really happened. Nothing here
+// trip settled, never two calls of one key in flight at a company, and that faults and kills really happened. Nothing here
 // is timed: the run waits as long as the system takes to settle (within
 // the settle limit).
 func TestChaosTwoMinutes(t *testing.T) {
@@ -56,6 +56,8 @@ func TestChaosTwoMinutes(t *testing.T) {
 	require.Zero(t, rep.Half, "half trips")
 	require.Zero(t, rep.DuplicatesTotal, "duplicates: %v", rep.Duplicates)
 	require.Zero(t, rep.Unsettled, "trips not settled")
+	require.Zero(t, rep.OverlappingCallsTotal, "never two calls of one key in flight: %v", rep.OverlappingCalls)
+	require.Len(t, rep.OverlappingCalls, 4, "read from every company")
 	require.True(t, rep.Settled)
 	require.Equal(t, rep.Trips, rep.Whole+rep.Empty)
 	require.Equal(t, MailStats{ExactlyOne: rep.Trips}, rep.Mails, "one mail per trip")

@@ -129,6 +129,12 @@ type Report struct {
 	IncidentKinds  map[string]int `json:"incident_kinds"`
 	IncidentsTotal int            `json:"incidents_total"`
 	IncidentsOpen  int            `json:"incidents_open"`
+	// OverlappingCalls counts, per company, writes that arrived while
+	// another write of the same Idempotency-Key was still in flight
+	// (GET <company>/_stats): replicas must never call twice at once for
+	// one key. -1: could not be read.
+	OverlappingCalls      map[string]int64 `json:"overlapping_calls"`
+	OverlappingCallsTotal int64            `json:"overlapping_calls_total"`
 	// DeadLetters is the number of messages in the DEADLETTER stream (-1:
 	// could not be read).
 	DeadLetters int64 `json:"dead_letters"`
@@ -235,6 +241,9 @@ func summarize(rep *Report, audits []TripAudit, bookings []*booking) {
 	if rep.DuplicatesTotal > 0 {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d duplicate effect(s): %s", rep.DuplicatesTotal, countList(rep.Duplicates)))
 	}
+	if rep.OverlappingCallsTotal > 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d call(s) made while another of the same Idempotency-Key was in flight", rep.OverlappingCallsTotal))
+	}
 	if rep.Unsettled > 0 {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d trip(s) not settled", rep.Unsettled))
 	}
@@ -291,6 +300,11 @@ func (r *Report) Print(w io.Writer) {
 	} else {
 		fmt.Fprintf(tw, "settled after faults stopped\tNOT within the limit\n")
 	}
+	ov := make(map[string]int, len(r.OverlappingCalls))
+	for k, v := range r.OverlappingCalls {
+		ov[k] = int(v)
+	}
+	fmt.Fprintf(tw, "calls in flight twice\t%d (%s)\n", r.OverlappingCallsTotal, countList(ov))
 	fmt.Fprintf(tw, "incidents raised\t%d, %d still open (%s)\n", r.IncidentsTotal, r.IncidentsOpen, countList(r.IncidentKinds))
 	dl := strconv.FormatInt(r.DeadLetters, 10)
 	if r.DeadLetters < 0 {
