@@ -132,13 +132,15 @@ type company struct {
 }
 
 func newCompany(s *Simulators, sp *spec, st store) *company {
-	return &company{
+	c := &company{
 		s:      s,
 		sp:     sp,
 		store:  st,
 		faults: &faultSet{now: time.Now},
 		log:    s.log.With("company", sp.name),
 	}
+	c.overlap.log = c.log
+	return c
 }
 
 func (c *company) register(mux *http.ServeMux) {

@@ -1,9 +1,12 @@
 package sim
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -21,6 +24,7 @@ type overlap struct {
 	inFlight map[string]int
 	overlaps atomic.Int64
 	maxSeen  atomic.Int64
+	log      *slog.Logger
 }
 
 // Stats is the answer of GET <company>/_stats.
@@ -50,6 +54,9 @@ func (o *overlap) track(key func(*http.Request) string, h http.HandlerFunc) http
 		o.mu.Unlock()
 		if n > 1 {
 			o.overlaps.Add(1)
+			if o.log != nil {
+				o.log.Warn("sim: a write arrived while another of its Idempotency-Key was in flight", "key", k, "method", r.Method, "path", r.URL.Path, "in_flight", n)
+			}
 		}
 		for {
 			m := o.maxSeen.Load()
@@ -71,9 +78,29 @@ func (o *overlap) track(key func(*http.Request) string, h http.HandlerFunc) http
 		stop := context.AfterFunc(r.Context(), leave)
 		defer stop()
 		defer leave()
-		h(w, r)
+		h(&trackedWriter{ResponseWriter: w, leave: leave}, r)
 	}
 }
+
+// trackedWriter ends a write's time in flight before its connection is
+// hijacked to be closed without an answer (lose_answer): the caller sees
+// the close at once and may send the same key again (Go's transport does,
+// by itself, for a request with an Idempotency-Key on a reused
+// connection), which is a retry, not an overlap. An answer that is
+// written is flushed after the handler returns, so after the deferred
+// leave.
+type trackedWriter struct {
+	http.ResponseWriter
+	leave func()
+}
+
+func (t *trackedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	t.leave()
+	return http.NewResponseController(t.ResponseWriter).Hijack()
+}
+
+// Unwrap lets http.NewResponseController reach the server's writer.
+func (t *trackedWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 
 func (o *overlap) stats() Stats {
 	return Stats{OverlappingCalls: o.overlaps.Load(), MaxInFlightPerKey: o.maxSeen.Load()}

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -65,4 +66,30 @@ func waitInFlight(t *testing.T, b *testBundle, company, key string) {
 		return
 	}
 	t.Fatalf("no company %s", company)
+}
+
+// TestALostAnswerRetriedAtOnceIsNoOverlap: a write whose connection is
+// closed without an answer (lose_answer) is over for its caller, which
+// may send the key again at once (Go's transport does so by itself for a
+// request with an Idempotency-Key on a reused connection): no overlap.
+func TestALostAnswerRetriedAtOnceIsNoOverlap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	hotel := b.company("hotel")
+	keepAlive := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 10 * time.Second}
+	for i := range 30 {
+		key := fmt.Sprintf("T-lost%d:hotel", i)
+		// A first call opens the connection the lost one reuses.
+		status, _, err := send(t, keepAlive, http.MethodPost, hotel+"/holds", fmt.Sprintf("T-warm%d:hotel", i), holdBody(fmt.Sprintf("T-warm%d", i)))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, status)
+		require.NoError(t, AddFault(ctx, hotel, Rule{Op: OpHold, Fault: FaultLoseAnswer, Times: 1}))
+		status, _, err = send(t, keepAlive, http.MethodPost, hotel+"/holds", key, holdBody(fmt.Sprintf("T-lost%d", i)))
+		require.NoError(t, err, "the transport sent it again by itself")
+		require.Equal(t, http.StatusCreated, status)
+	}
+	st, err := GetStats(ctx, hotel)
+	require.NoError(t, err)
+	require.Zero(t, st.OverlappingCalls)
 }
