@@ -1,33 +1,27 @@
 package main
 
 import (
+	"context"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/stretchr/testify/require"
-	"gopkg.in/yaml.v3"
 
+	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/stack"
 	"github.com/tripsaga/tripsaga/outbox"
 )
-
-type composeFile struct {
-	Services map[string]struct {
-		Image       string   `yaml:"image"`
-		Command     []string `yaml:"command"`
-		Healthcheck struct {
-			Test []string `yaml:"test"`
-		} `yaml:"healthcheck"`
-		DependsOn map[string]struct {
-			Condition string `yaml:"condition"`
-		} `yaml:"depends_on"`
-	} `yaml:"services"`
-}
 
 func readRepoFile(t *testing.T, name string) string {
 	t.Helper()
@@ -36,52 +30,290 @@ func readRepoFile(t *testing.T, name string) string {
 	return string(b)
 }
 
-// TestComposeFile (issue 7 item 17): compose.yaml is valid YAML; NATS is
-// the version go.mod builds against; every tripsaga process has a health
-// check through `tripsaga health` (the image has no curl); PostgreSQL's is
-// over TCP; and .dockerignore keeps history and local state out of the
-// build.
-func TestComposeFile(t *testing.T) {
-	var c composeFile
-	if err := yaml.Unmarshal([]byte(readRepoFile(t, "compose.yaml")), &c); err != nil {
-		t.Fatalf("compose.yaml: %v", err)
+// loadCompose loads compose.yaml with the Compose specification's own Go
+// loader (what `docker compose` uses): schema validation, the x- anchors
+// and merges resolved, depends_on cycles refused. The host's environment
+// is not used, so nothing in the file may depend on it.
+func loadCompose(t *testing.T) *types.Project {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	p, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
+		WorkingDir:  dir,
+		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(dir, "compose.yaml")}},
+		Environment: types.Mapping{},
+	}, func(o *loader.Options) { o.SetProjectName("tripsaga", true) })
+	require.NoError(t, err, "compose.yaml does not load")
+	return p
+}
+
+var notSet = regexp.MustCompile(`\b([A-Z][A-Z0-9_]*) is not set\b`)
+
+// requiredEnv asks the process itself which variables it requires: it runs
+// the process's runner (what `tripsaga serve <name>` runs) with an empty
+// environment and a cancelled context, collects every "X is not set" of
+// its error, sets those and runs it again, until it fails for another
+// reason (it got as far as connecting, which the cancelled context stops).
+func requiredEnv(t *testing.T, process string) []string {
+	t.Helper()
+	run := serveRunners()[process]
+	require.NotNil(t, run, "no runner for %s", process)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var env app.Env
+	var names []string
+	for range 10 {
+		done := make(chan error, 1)
+		go func() { done <- run(ctx, env) }()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: runner did not return with a cancelled context", process)
+		}
+		var found []string
+		if err != nil {
+			for _, m := range notSet.FindAllStringSubmatch(err.Error(), -1) {
+				found = append(found, m[1])
+			}
+		}
+		if len(found) == 0 {
+			break
+		}
+		for _, n := range found {
+			if slices.Contains(names, n) {
+				t.Fatalf("%s: still says %s is not set after it was set: %v", process, n, err)
+			}
+			names = append(names, n)
+			setEnvField(t, &env, n)
+		}
 	}
+	sort.Strings(names)
+	return names
+}
+
+// setEnvField sets the app.Env field of variable n to a value that cannot
+// be reached (127.0.0.1:1).
+func setEnvField(t *testing.T, e *app.Env, n string) {
+	t.Helper()
+	switch n {
+	case "NATS_URL":
+		e.NATSURL = "nats://127.0.0.1:1"
+	case "DATABASE_URL":
+		e.DatabaseURL = "postgres://u:p@127.0.0.1:1/db?connect_timeout=1"
+	case "HTTP_ADDR":
+		e.HTTPAddr = "127.0.0.1:0"
+	case "HOTEL_URL":
+		e.HotelURL = "http://127.0.0.1:1/hotel"
+	case "PAYMENTS_URL":
+		e.PaymentsURL = "http://127.0.0.1:1/payments"
+	case "CARS_URL":
+		e.CarsURL = "http://127.0.0.1:1/cars"
+	case "MAIL_URL":
+		e.MailURL = "http://127.0.0.1:1/mail"
+	default:
+		t.Fatalf("a process requires %s, which app.Env does not know", n)
+	}
+}
+
+// knownEnv is every variable a tripsaga process reads (app.Env, the
+// reconciler's and the simulators' own, and what stack gives each child);
+// compose.yaml may set no other.
+var knownEnv = []string{ //nolint:gochecknoglobals // read-only
+	"NATS_URL", "DATABASE_URL", "HTTP_ADDR", "HOTEL_URL", "PAYMENTS_URL", "CARS_URL", "MAIL_URL",
+	"STREAM_REPLICAS", "TRIPSAGA_INSTANCE", "TRIPS_URL",
+	"CALL_TIMEOUT_MS", "STEP_DEADLINE_MS", "UNDO_BACKOFF_MAX_MS", "INCIDENT_AFTER", "VERIFY_AFTER_MS",
+	"RECONCILE_INTERVAL_MS", "STUCK_AFTER_MS", "SIM_MEMORY",
+}
+
+// companyPath is the path of each company under the simulators' address
+// (stack.CompanyURLs).
+var companyPath = map[string]string{"HOTEL_URL": "/hotel", "PAYMENTS_URL": "/payments", "CARS_URL": "/cars", "MAIL_URL": "/mail"} //nolint:gochecknoglobals // read-only
+
+func envOf(s types.ServiceConfig) map[string]string {
+	out := map[string]string{}
+	for k, v := range s.Environment {
+		if v != nil {
+			out[k] = *v
+		}
+	}
+	return out
+}
+
+func port(t *testing.T, hostport string) string {
+	t.Helper()
+	_, p, err := net.SplitHostPort(hostport)
+	require.NoError(t, err, "%q", hostport)
+	return p
+}
+
+// TestComposeFile (issue 10 item 5): compose.yaml, loaded by compose-go,
+// runs one container per process internal/stack starts, each with every
+// variable the process itself requires (asked from the process) pointing
+// at the right container, health-checked on /readyz through `tripsaga
+// health`, and started in the stack's order: infrastructure first, then
+// the simulators (healthy), then the services.
+func TestComposeFile(t *testing.T) {
+	p := loadCompose(t)
 
 	m := regexp.MustCompile(`(?m)^\s*github\.com/nats-io/nats-server/v2 v(\S+)`).FindStringSubmatch(readRepoFile(t, "go.mod"))
-	if m == nil {
-		t.Fatal("go.mod: no nats-server")
+	require.NotNil(t, m, "go.mod: no nats-server")
+	natsSvc, err := p.GetService("nats")
+	require.NoError(t, err)
+	if want := "nats:" + m[1]; natsSvc.Image != want {
+		t.Errorf("nats image %q, want %q (go.mod)", natsSvc.Image, want)
 	}
-	if want := "nats:" + m[1]; c.Services["nats"].Image != want {
-		t.Errorf("nats image %q, want %q (go.mod)", c.Services["nats"].Image, want)
-	}
-
-	pg := c.Services["postgres"].Healthcheck.Test
-	if !slices.Contains(pg, "pg_isready") || !slices.Contains(pg, "-h") {
-		t.Errorf("postgres health check %v: want pg_isready -h (over TCP)", pg)
+	if !slices.Contains(natsSvc.Command, "-js") {
+		t.Errorf("nats command %v: JetStream (-js) is not on", natsSvc.Command)
 	}
 
-	var seen []string
-	for name, s := range c.Services {
-		if len(s.Command) < 2 || s.Command[0] != "serve" {
-			continue
-		}
-		seen = append(seen, s.Command[1])
-		hc := s.Healthcheck.Test
-		if len(hc) < 4 || hc[0] != "CMD" || hc[1] != "/tripsaga" || hc[2] != "health" || !strings.HasSuffix(hc[3], "/readyz") {
-			t.Errorf("%s: health check %v, want [CMD /tripsaga health http://.../readyz]", name, hc)
-		}
-		if s.DependsOn["postgres"].Condition != "service_healthy" {
-			t.Errorf("%s: does not wait for a healthy postgres", name)
+	pg, err := p.GetService("postgres")
+	require.NoError(t, err)
+	require.NotNil(t, pg.HealthCheck, "postgres has no health check")
+	if hc := pg.HealthCheck.Test; !slices.Contains(hc, "pg_isready") || !slices.Contains(hc, "-h") {
+		t.Errorf("postgres health check %v: want pg_isready -h (over TCP)", hc)
+	}
+	pgEnv := envOf(pg)
+
+	require.Contains(t, readRepoFile(t, "Dockerfile"), `ENTRYPOINT ["/tripsaga"]`)
+
+	// Which container runs which process.
+	byProcess := map[string]types.ServiceConfig{}
+	for _, s := range p.Services {
+		if len(s.Command) >= 2 && s.Command[0] == "serve" {
+			if prev, ok := byProcess[s.Command[1]]; ok {
+				t.Errorf("%s and %s both run serve %s", prev.Name, s.Name, s.Command[1])
+			}
+			byProcess[s.Command[1]] = s
 		}
 	}
-	for _, p := range stack.Processes {
-		if !slices.Contains(seen, p) {
-			t.Errorf("compose.yaml does not run %s", p)
+	for name := range byProcess {
+		if !slices.Contains(stack.Processes, name) {
+			t.Errorf("compose.yaml runs serve %s, which stack does not start", name)
+		}
+	}
+	sim, ok := byProcess["sim"]
+	require.True(t, ok, "compose.yaml does not run the simulators")
+	simPort := port(t, envOf(sim)["HTTP_ADDR"])
+
+	for i, process := range stack.Processes {
+		t.Run(process, func(t *testing.T) {
+			s, ok := byProcess[process]
+			if !ok {
+				t.Fatalf("compose.yaml does not run %s (stack.Processes)", process)
+			}
+			if s.Name != process {
+				t.Errorf("serve %s runs in service %q: name it %q as stack does", process, s.Name, process)
+			}
+			if s.Build == nil || s.Build.Context == "" {
+				t.Errorf("%s: not built from the Dockerfile", s.Name)
+			}
+			if s.Restart == "" || s.Restart == "no" {
+				t.Errorf("%s: restart %q; stack restarts a process that exits", s.Name, s.Restart)
+			}
+
+			env := envOf(s)
+			required := requiredEnv(t, process)
+			t.Logf("%s requires %v", process, required)
+			require.NotEmpty(t, required, "the %s process requires no variable? (its runner did not say)", process)
+			for _, n := range required {
+				if env[n] == "" {
+					t.Errorf("%s requires %s, which compose.yaml does not set", process, n)
+				}
+			}
+			for n := range env {
+				if !slices.Contains(knownEnv, n) {
+					t.Errorf("%s: %s is set, but no tripsaga process reads it", s.Name, n)
+				}
+			}
+
+			// Each variable points at the container that serves it.
+			httpPort := ""
+			for n, v := range env {
+				switch n {
+				case "HTTP_ADDR":
+					httpPort = port(t, v)
+				case "NATS_URL":
+					u, err := url.Parse(v)
+					require.NoError(t, err)
+					if u.Scheme != "nats" || u.Hostname() != "nats" || u.Port() != "4222" {
+						t.Errorf("%s: NATS_URL %q, want nats://nats:4222", s.Name, v)
+					}
+				case "DATABASE_URL":
+					u, err := url.Parse(v)
+					require.NoError(t, err)
+					pw, _ := u.User.Password()
+					if u.Hostname() != "postgres" || u.Port() != "5432" || u.User.Username() != "postgres" ||
+						pw != pgEnv["POSTGRES_PASSWORD"] || strings.TrimPrefix(u.Path, "/") != pgEnv["POSTGRES_DB"] {
+						t.Errorf("%s: DATABASE_URL %q does not match the postgres service (%v)", s.Name, v, pgEnv)
+					}
+				case "HOTEL_URL", "PAYMENTS_URL", "CARS_URL", "MAIL_URL":
+					u, err := url.Parse(v)
+					require.NoError(t, err)
+					if u.Hostname() != "sim" || u.Port() != simPort || u.Path != companyPath[n] {
+						t.Errorf("%s: %s %q, want http://sim:%s%s", s.Name, n, v, simPort, companyPath[n])
+					}
+				}
+			}
+
+			// Health: GET /readyz on the process's own port, by the binary.
+			hc := s.HealthCheck
+			switch {
+			case hc == nil || hc.Disable:
+				t.Errorf("%s: no health check", s.Name)
+			case len(hc.Test) != 4 || hc.Test[0] != "CMD" || hc.Test[1] != "/tripsaga" || hc.Test[2] != "health":
+				t.Errorf("%s: health check %v, want [CMD /tripsaga health http://127.0.0.1:PORT/readyz] (the image has no shell or curl)", s.Name, hc.Test)
+			default:
+				u, err := url.Parse(hc.Test[3])
+				require.NoError(t, err)
+				if u.Path != "/readyz" || u.Port() != httpPort {
+					t.Errorf("%s: health check asks %s, want /readyz on HTTP_ADDR's port %s", s.Name, hc.Test[3], httpPort)
+				}
+				if hc.Interval == nil || hc.Retries == nil {
+					t.Errorf("%s: health check without interval or retries", s.Name)
+				}
+			}
+			for _, pc := range s.Ports {
+				if strconv.Itoa(int(pc.Target)) != httpPort {
+					t.Errorf("%s: publishes container port %d, but serves on %s", s.Name, pc.Target, httpPort)
+				}
+			}
+
+			// Order: PostgreSQL healthy and NATS first; the simulators
+			// (the companies) healthy before any service; otherwise only
+			// processes stack starts earlier.
+			if d, ok := s.DependsOn["postgres"]; !ok || d.Condition != types.ServiceConditionHealthy {
+				t.Errorf("%s: does not wait for a healthy postgres", s.Name)
+			}
+			if _, ok := s.DependsOn["nats"]; !ok {
+				t.Errorf("%s: does not wait for nats", s.Name)
+			}
+			if process != "sim" {
+				if d, ok := s.DependsOn["sim"]; !ok || d.Condition != types.ServiceConditionHealthy {
+					t.Errorf("%s: does not wait for healthy simulators (stack starts them first: the services need their companies)", s.Name)
+				}
+			}
+			for dep := range s.DependsOn {
+				if dep == "postgres" || dep == "nats" {
+					continue
+				}
+				j := slices.Index(stack.Processes, dep)
+				if j < 0 || j >= i {
+					t.Errorf("%s depends on %s, which stack starts after it", s.Name, dep)
+				}
+			}
+		})
+	}
+
+	for _, infra := range []string{"nats", "postgres"} {
+		s, _ := p.GetService(infra)
+		if len(s.DependsOn) != 0 {
+			t.Errorf("%s depends on %v: infrastructure starts first", infra, s.DependsOn)
 		}
 	}
 
 	ignore := strings.Fields(readRepoFile(t, ".dockerignore"))
-	for _, want := range []string{".git", ".tripsaga"} {
+	for _, want := range []string{".git", ".tripsaga", "**/node_modules"} {
 		if !slices.Contains(ignore, want) {
 			t.Errorf(".dockerignore does not exclude %s", want)
 		}

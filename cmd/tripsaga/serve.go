@@ -21,11 +21,17 @@ import (
 	"github.com/tripsaga/tripsaga/sim"
 )
 
-func serveCmd() *cobra.Command {
-	runners := map[string]func(context.Context, app.Env) error{
+// serveRunners runs each process of `tripsaga serve <name>` (the compose
+// test asks them which variables they require).
+func serveRunners() map[string]func(context.Context, app.Env) error {
+	return map[string]func(context.Context, app.Env) error{
 		"trips": trips.Run, "hotel": hotel.Run, "payment": payment.Run, "car": car.Run,
 		"reconciler": reconciler.Run, "sim": serveSim,
 	}
+}
+
+func serveCmd() *cobra.Command {
+	runners := serveRunners()
 	cmd := &cobra.Command{
 		Use:       "serve <trips|hotel|payment|car|reconciler|sim>",
 		Short:     "Run one process, configured by the environment (NATS_URL, DATABASE_URL, HTTP_ADDR, HOTEL_URL, PAYMENTS_URL, CARS_URL, MAIL_URL)",
