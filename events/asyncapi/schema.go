@@ -1,0 +1,205 @@
+package asyncapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/invopop/jsonschema"
+
+	"github.com/tripsaga/tripsaga/events"
+)
+
+// Patterns of the identifiers the system makes. A ULID is 26 characters of
+// Crockford's base 32, upper case (github.com/oklog/ulid/v2's String); a
+// trip id is "T-" and a ULID (the trips API makes it).
+const (
+	ulidPattern = `[0-9A-HJKMNP-TV-Z]{26}`
+	// ULIDPattern matches a ULID, the id of every event.
+	ULIDPattern = `^` + ulidPattern + `$`
+	// TripIDPattern matches a trip id.
+	TripIDPattern = `^T-` + ulidPattern + `$`
+	// keyPattern matches an Idempotency-Key of a step's company call:
+	// "<trip id>:<key name>", e.g. "T-...:charge" or "T-...:mail:confirmed".
+	keyPattern = `^T-` + ulidPattern + `:[a-z]+(:[a-z]+)*$`
+	// textPattern refuses what events.CheckText refuses in a text field:
+	// C0 controls (line breaks among them), DEL, C1 controls, U+2028 and
+	// U+2029.
+	textPattern = "^[^\\x00-\\x1F\\x7F-\\x9F\u2028\u2029]*$"
+)
+
+// field documents and constrains one property of a data type ("" for the
+// type itself). Every type and property of the event data must have one:
+// the generator refuses a field it cannot describe, so a new field is
+// described here before the document can be made.
+type field struct {
+	desc  string
+	apply func(*jsonschema.Schema)
+}
+
+func text(maxChars int) func(*jsonschema.Schema) {
+	return func(s *jsonschema.Schema) {
+		s.MinLength = ptr(uint64(1))
+		s.MaxLength = ptr(uint64(maxChars))
+		s.Pattern = textPattern
+	}
+}
+
+func pattern(p string) func(*jsonschema.Schema) {
+	return func(s *jsonschema.Schema) { s.Pattern = p }
+}
+
+func format(f string) func(*jsonschema.Schema) {
+	return func(s *jsonschema.Schema) { s.Format = f }
+}
+
+func nonEmpty(s *jsonschema.Schema) { s.MinLength = ptr(uint64(1)) }
+
+func between(lo, hi int64) func(*jsonschema.Schema) {
+	return func(s *jsonschema.Schema) {
+		s.Minimum = json.Number(strconv.FormatInt(lo, 10))
+		s.Maximum = json.Number(strconv.FormatInt(hi, 10))
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// fields describes the data types of package events, by Go type name and
+// JSON name. The limits are the events package's own (request.go), so
+// the schema says what a trip request that the trips API accepted is.
+var fields = map[string]map[string]field{ //nolint:gochecknoglobals // read-only table
+	"Person": {
+		"":     {desc: "The traveler: the guest of the hotel, the driver of the car and the addressee of the mail.", apply: nil},
+		"name": {desc: fmt.Sprintf("Full name: 1 to %d characters, no control characters or line breaks.", events.MaxNameChars), apply: text(events.MaxNameChars)},
+		"email": {desc: fmt.Sprintf("Email address (RFC 5322 addr-spec, dot-atom local part; the domain may be internationalized), at most %d octets.", events.MaxEmailOctets), apply: func(s *jsonschema.Schema) {
+			s.Format = "idn-email"
+			s.MinLength = ptr(uint64(3))
+			s.MaxLength = ptr(uint64(events.MaxEmailOctets))
+		}},
+	},
+	"HotelRequest": {
+		"":            {desc: "The room part of the trip."},
+		"property_id": {desc: fmt.Sprintf("The hotel's id of the property: 1 to %d characters.", events.MaxPropertyIDChars), apply: text(events.MaxPropertyIDChars)},
+		"check_in":    {desc: "Check-in day, YYYY-MM-DD.", apply: format("date")},
+		"nights":      {desc: fmt.Sprintf("Nights from the check-in: %d to %d.", events.MinNights, events.MaxNights), apply: between(events.MinNights, events.MaxNights)},
+	},
+	"CarRequest": {
+		"":          {desc: "The car part of the trip; the rental shares at least one day with the stay."},
+		"car_class": {desc: fmt.Sprintf("The car firm's class: 1 to %d characters.", events.MaxCarClassChars), apply: text(events.MaxCarClassChars)},
+		"pickup":    {desc: "Pickup day, YYYY-MM-DD.", apply: format("date")},
+		"return":    {desc: fmt.Sprintf("Return day, YYYY-MM-DD: %d to %d days after the pickup.", events.MinRentalDays, events.MaxRentalDays), apply: format("date")},
+	},
+	"PaymentRequest": {
+		"":             {desc: "The card part of the trip."},
+		"card_token":   {desc: fmt.Sprintf("The card processor's token of the card (never a card number): 1 to %d characters.", events.MaxCardTokenChars), apply: text(events.MaxCardTokenChars)},
+		"amount_cents": {desc: "The price of the whole trip in minor units of the currency (an integer: 33000 is 330.00 USD).", apply: between(events.MinAmountCents, events.MaxAmountCents)},
+		"currency":     {desc: "ISO 4217 code of a currency in use, upper case (docs/contracts/trips-api.md lists them).", apply: pattern(`^[A-Z]{3}$`)},
+	},
+	"TripRequest": {
+		"":         {desc: "A trip as the traveler asked for it (the body of POST /trips, docs/contracts/trips-api.md), as the trips API accepted it."},
+		"traveler": {desc: "Who travels."},
+		"hotel":    {desc: "The room."},
+		"car":      {desc: "The car."},
+		"payment":  {desc: "The card and the price."},
+	},
+	"TripRequestedData": {
+		"":        {desc: "Data of io.tripsaga.trip.requested.v1: a traveler asked for a trip."},
+		"trip_id": {desc: "The trip: \"T-\" and a ULID, the event's ce-subject.", apply: pattern(TripIDPattern)},
+		"request": {desc: "The trip request."},
+	},
+	"StepData": {
+		"":                {desc: "Data of every step event (held, rejected, failed, released, charged, declined, refunded, booked, sent). Events that start the next step carry the trip request."},
+		"trip_id":         {desc: "The trip: \"T-\" and a ULID, the event's ce-subject.", apply: pattern(TripIDPattern)},
+		"step":            {desc: "The saga step the event is about (the catalogue's step name).", apply: nonEmpty},
+		"idempotency_key": {desc: "The Idempotency-Key of the step's company call: the trip id, a colon and the step's key name (T-...:hotel, T-...:charge, T-...:car, T-...:mail:confirmed).", apply: pattern(keyPattern)},
+		"company_ref":     {desc: "The company's reference of what it did (hold_id, charge_id, booking_id, message_id); absent when the company did nothing or did not say.", apply: nonEmpty},
+		"reason":          {desc: "Why the step was rejected, failed or undone, in words, when there is a reason to give.", apply: nonEmpty},
+		"request":         {desc: "The trip request, carried by the events that start the next step."},
+	},
+	"TripSettledData": {
+		"":         {desc: "Data of io.tripsaga.trip.confirmed.v1 and io.tripsaga.trip.canceled.v1: the trip is settled."},
+		"trip_id":  {desc: "The trip: \"T-\" and a ULID, the event's ce-subject.", apply: pattern(TripIDPattern)},
+		"status":   {desc: "The final status.", apply: func(s *jsonschema.Schema) { s.Enum = []any{"canceled", "confirmed"} }},
+		"reason":   {desc: "Why the trip was canceled, in words; absent when it was confirmed.", apply: nonEmpty},
+		"traveler": {desc: "Who travels, to be told."},
+	},
+}
+
+// dataSchemas reflects the Go data types of the catalogue's event types
+// into JSON Schemas (draft-07 keywords only, as AsyncAPI's default schema
+// format is a superset of draft-07), one per Go type, with references
+// "#/components/schemas/<Go type>" between them. Required properties are
+// the fields without omitempty; no other property is allowed.
+func dataSchemas(c events.Catalogue) (map[string]*jsonschema.Schema, error) {
+	r := &jsonschema.Reflector{Anonymous: true}
+	out := map[string]*jsonschema.Schema{}
+	for _, et := range c.Types {
+		t, ok := events.DataType(et.Data)
+		if !ok {
+			return nil, fmt.Errorf("asyncapi: %s: data type %q is not a data type of package events (events.DataType)", et.Type, et.Data)
+		}
+		s := r.ReflectFromType(t)
+		for name, def := range s.Definitions {
+			out[name] = def
+		}
+	}
+	var errs []string
+	for name, s := range out {
+		rewriteRefs(s)
+		fs, ok := fields[name]
+		if !ok {
+			errs = append(errs, "type "+name+" is not described")
+			continue
+		}
+		s.Description = fs[""].desc
+		if s.Properties == nil {
+			continue
+		}
+		for pair := s.Properties.Oldest(); pair != nil; pair = pair.Next() {
+			f, ok := fs[pair.Key]
+			if !ok || f.desc == "" {
+				errs = append(errs, fmt.Sprintf("field %s.%s is not described", name, pair.Key))
+				continue
+			}
+			p := pair.Value
+			p.Description = f.desc
+			if f.apply != nil {
+				f.apply(p)
+			}
+		}
+		for key := range fs {
+			if _, ok := s.Properties.Get(key); key != "" && !ok {
+				errs = append(errs, fmt.Sprintf("field %s.%s is described but %s has no such field", name, key, name))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		slices.Sort(errs)
+		return nil, fmt.Errorf("asyncapi: the schema table (events/asyncapi/schema.go) is out of date with package events: %s", strings.Join(errs, "; "))
+	}
+	return out, nil
+}
+
+// rewriteRefs points the references of s at the document's components.
+func rewriteRefs(s *jsonschema.Schema) {
+	if s == nil {
+		return
+	}
+	if name, ok := strings.CutPrefix(s.Ref, "#/$defs/"); ok {
+		s.Ref = schemaRef(name)
+	}
+	if s.Properties != nil {
+		for pair := s.Properties.Oldest(); pair != nil; pair = pair.Next() {
+			rewriteRefs(pair.Value)
+		}
+	}
+	rewriteRefs(s.Items)
+	rewriteRefs(s.AdditionalProperties)
+	for _, sub := range slices.Concat(s.AllOf, s.AnyOf, s.OneOf) {
+		rewriteRefs(sub)
+	}
+}
+
+func schemaRef(name string) string { return "#/components/schemas/" + name }
