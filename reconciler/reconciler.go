@@ -285,6 +285,9 @@ func Run(ctx context.Context, env app.Env) error {
 		return fmt.Errorf("reconciler: %w", err)
 	}
 	defer p.Close()
+	if err := p.ExportState(ProjectionName); err != nil {
+		return fmt.Errorf("reconciler: metrics: %w", err)
+	}
 	r, err := New(Config{
 		Pool: p.Pool, JetStream: p.JS,
 		Hotel: provider.Hotel(env.HotelURL), Payments: provider.Payments(env.PaymentsURL), Cars: provider.Cars(env.CarsURL),

@@ -32,6 +32,9 @@ func RunStep(ctx context.Context, env Env, spec saga.Spec, build saga.BuildFunc,
 		return fmt.Errorf("%s: %w", spec.Service, err)
 	}
 	defer p.Close()
+	if err := p.ExportState(spec.Service); err != nil {
+		return fmt.Errorf("%s: metrics: %w", spec.Service, err)
+	}
 	svc, err := saga.NewService(saga.ServiceConfig{
 		Pool: p.Pool, JetStream: p.JS, Catalogue: events.Default, Spec: spec, Build: build,
 		Timing: env.Timing(), Logger: p.Log, Registerer: p.Registry,

@@ -619,6 +619,9 @@ func Run(ctx context.Context, env app.Env) error {
 		return fmt.Errorf("trips: %w", err)
 	}
 	defer p.Close()
+	if err := p.ExportState("trips"); err != nil {
+		return fmt.Errorf("trips: metrics: %w", err)
+	}
 	s, err := New(Config{Pool: p.Pool, JetStream: p.JS, MailURL: env.MailURL, Timing: env.Timing(), Logger: p.Log, Registerer: p.Registry})
 	if err != nil {
 		return err

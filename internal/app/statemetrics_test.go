@@ -1,0 +1,120 @@
+package app
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/outbox"
+	tripsql "github.com/tripsaga/tripsaga/sql"
+)
+
+// gauge returns the value of the series name{labels} in reg, and whether
+// it is there.
+func gauge(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				got[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue next
+				}
+			}
+			return value(m), true
+		}
+	}
+	return 0, false
+}
+
+func value(m *dto.Metric) float64 {
+	if g := m.GetGauge(); g != nil {
+		return g.GetValue()
+	}
+	return m.GetCounter().GetValue()
+}
+
+// TestStateCollector (issue 10 item 4): the gauges the alert rules use for
+// the relay's backlog, open incidents, consumer lag and dead letters are
+// read from the service's tables and its JetStream consumers.
+func TestStateCollector(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := testenv.SchemaPool(t, "svc", tripsql.SetSaga)
+	_, _, js := testenv.JetStream(t)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(&StateCollector{Pool: pool, JS: js, Consumers: []string{"svc"}}))
+
+	v, ok := gauge(t, reg, "tripsaga_outbox_pending", nil)
+	require.True(t, ok)
+	require.Zero(t, v)
+	v, _ = gauge(t, reg, "tripsaga_incidents_open", map[string]string{"kind": "compensation_stuck"})
+	require.Zero(t, v)
+	v, _ = gauge(t, reg, "tripsaga_state_scrape_ok", nil)
+	require.Equal(t, 1.0, v)
+
+	// Two events wait in the outbox (no relay runs).
+	var evs []event.Event
+	for range 2 {
+		e, err := events.New(events.Source("svc"), events.TripRequested, "T-metrics", map[string]string{"trip_id": "T-metrics"})
+		require.NoError(t, err)
+		evs = append(evs, e)
+	}
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, outbox.Write(ctx, tx, evs...))
+	require.NoError(t, tx.Commit(ctx))
+	_, err = pool.Exec(ctx, `UPDATE outbox SET created_at = now() - interval '90 seconds'`)
+	require.NoError(t, err)
+	v, _ = gauge(t, reg, "tripsaga_outbox_pending", nil)
+	require.Equal(t, 2.0, v)
+	v, _ = gauge(t, reg, "tripsaga_outbox_oldest_pending_age_seconds", nil)
+	require.InDelta(t, 90, v, 30)
+
+	// One open incident, one resolved.
+	_, err = pool.Exec(ctx, `INSERT INTO incidents (trip_id, step, kind, attempts, last_error, resolved_at) VALUES
+		('T-1', 'hotel', 'compensation_stuck', 5, 'release: 503', NULL),
+		('T-2', 'hotel', 'compensation_stuck', 5, 'release: 503', now())`)
+	require.NoError(t, err)
+	v, _ = gauge(t, reg, "tripsaga_incidents_open", map[string]string{"step": "hotel", "kind": "compensation_stuck"})
+	require.Equal(t, 1.0, v)
+
+	// A durable consumer with three events not yet delivered, and one
+	// parked on DEADLETTER.
+	_, err = js.CreateOrUpdateConsumer(ctx, events.StreamTrips, jetstream.ConsumerConfig{
+		Durable: "svc", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 10 * time.Second,
+	})
+	require.NoError(t, err)
+	_, ok = gauge(t, reg, "tripsaga_inbox_consumer_pending", map[string]string{"consumer": "svc", "stream": events.StreamHotel})
+	require.False(t, ok, "no consumer svc on HOTEL")
+	for range 3 {
+		_, err := js.Publish(ctx, "trip.requested.T-metrics", []byte("{}"))
+		require.NoError(t, err)
+	}
+	_, err = js.Publish(ctx, events.DeadLetterSubjectPrefix+"."+events.StreamTrips+".svc", []byte("{}"))
+	require.NoError(t, err)
+	v, _ = gauge(t, reg, "tripsaga_inbox_consumer_pending", map[string]string{"consumer": "svc", "stream": events.StreamTrips})
+	require.Equal(t, 3.0, v)
+	v, _ = gauge(t, reg, "tripsaga_inbox_consumer_ack_pending", map[string]string{"consumer": "svc", "stream": events.StreamTrips})
+	require.Zero(t, v)
+	v, _ = gauge(t, reg, "tripsaga_deadletter_messages", map[string]string{"consumer": "svc", "stream": events.StreamTrips})
+	require.Equal(t, 1.0, v)
+	v, _ = gauge(t, reg, "tripsaga_state_scrape_ok", nil)
+	require.Equal(t, 1.0, v)
+}
