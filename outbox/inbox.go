@@ -20,9 +20,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/fault"
+	"github.com/tripsaga/tripsaga/internal/tracing"
 	"github.com/tripsaga/tripsaga/outbox/internal/dbsqlc"
 )
 
@@ -62,6 +65,19 @@ type Delivery struct {
 	Event  event.Event
 	Stream string
 	Seq    uint64
+	// span is the event's consume span (a child of its producer's), nil
+	// while tracing is off.
+	span trace.Span
+}
+
+// Context returns ctx with the delivery's consume span, for the work done
+// for its event in a batch (events written then carry that span's trace
+// context); ctx while tracing is off.
+func (d Delivery) Context(ctx context.Context) context.Context {
+	if d.span == nil {
+		return ctx
+	}
+	return trace.ContextWithSpan(ctx, d.span)
 }
 
 // BatchFunc applies deliveries of one stream inside tx; see
@@ -717,6 +733,10 @@ func (in *Inbox) handle(ctx context.Context, msg jetstream.Msg) {
 		in.park(ctx, msg, md, fmt.Sprintf("cannot decode: %v", err))
 		return
 	}
+	// One span per event handled, a child of its producer's (traceparent).
+	ctx, span := tracing.StartConsume(ctx, in.cfg.Name, md.Stream, e)
+	outcome := "parked"
+	defer func() { endConsume(span, outcome, err) }()
 	if !in.types[e.Type()] {
 		in.park(ctx, msg, md, fmt.Sprintf("%v: %q", events.ErrUnknownType, e.Type()))
 		return
@@ -725,10 +745,12 @@ func (in *Inbox) handle(ctx context.Context, msg jetstream.Msg) {
 	dup, err := in.process(ctx, e, md)
 	switch {
 	case err == nil && dup:
+		outcome = "duplicate"
 		in.cfg.Metrics.inc(in.cfg.Name, "duplicate")
 		log.Debug("inbox: duplicate dropped")
 		_ = msg.Ack()
 	case err == nil:
+		outcome = "handled"
 		in.cfg.Metrics.inc(in.cfg.Name, "handled")
 		if fault.Hit(ctx, fault.At(in.cfg.Name, "inbox", fault.AfterCommit), e.Subject()) != nil {
 			return // as if the ack were lost: redelivered after AckWait, acked as a duplicate
@@ -742,6 +764,7 @@ func (in *Inbox) handle(ctx context.Context, msg jetstream.Msg) {
 	case int(md.NumDelivered) >= in.cfg.MaxDeliver && in.cfg.Pool.Ping(ctx) == nil:
 		in.park(ctx, msg, md, fmt.Sprintf("still failing after %d deliveries: %v", md.NumDelivered, err))
 	default:
+		outcome = "retried"
 		if ctx.Err() != nil {
 			return // shutting down: the server redelivers after AckWait
 		}
@@ -752,8 +775,15 @@ func (in *Inbox) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 }
 
-// process runs the handler and the inbox insert in one transaction. A
-// panic in the handler becomes an error.
+// endConsume ends a consume span with the event's outcome (handled,
+// duplicate, parked, retried) and the handler's error.
+func endConsume(span trace.Span, outcome string, err error) {
+	if span.IsRecording() {
+		span.SetAttributes(tracing.KeyOutcome.String(outcome))
+	}
+	tracing.End(span, err)
+}
+
 // handleBatch applies msgs in one transaction with BatchApply and acks
 // them after commit; events that cannot be decoded or are of an unknown
 // type are parked one by one, and if the batch fails each event is handled
@@ -778,7 +808,22 @@ func (in *Inbox) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 	if len(ds) == 0 {
 		return
 	}
+	if tracing.Enabled() {
+		// A span per event, each a child of its own producer's.
+		for i := range ds {
+			_, ds[i].span = tracing.StartConsume(ctx, in.cfg.Name, ds[i].Stream, ds[i].Event)
+			ds[i].span.SetAttributes(tracing.KeyOutcome.String("handled"), attribute.Int("messaging.batch.message_count", len(ds)))
+		}
+	}
 	err := in.applyBatch(ctx, ds)
+	for _, d := range ds {
+		if d.span != nil {
+			if err != nil {
+				d.span.SetAttributes(tracing.KeyOutcome.String("batch_failed"))
+			}
+			tracing.End(d.span, err)
+		}
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return // the server redelivers after AckWait
@@ -830,6 +875,8 @@ func (in *Inbox) applyBatch(ctx context.Context, ds []Delivery) (err error) {
 	return nil
 }
 
+// process runs the handler and the inbox insert in one transaction. A
+// panic in the handler becomes an error.
 func (in *Inbox) process(ctx context.Context, e event.Event, md *jetstream.MsgMetadata) (dup bool, err error) {
 	tx, err := in.cfg.Pool.Begin(ctx)
 	if err != nil {
@@ -928,10 +975,13 @@ func HandlerBatch(h HandlerFunc) BatchFunc {
 		for _, d := range ds {
 			k := [2]string{d.Event.Source(), d.Event.ID()}
 			if !todo[k] {
+				if d.span != nil {
+					d.span.SetAttributes(tracing.KeyOutcome.String("duplicate"))
+				}
 				continue // the inbox had it, or it came twice in this batch
 			}
 			delete(todo, k)
-			if err := h(ctx, tx, d.Event); err != nil {
+			if err := h(d.Context(ctx), tx, d.Event); err != nil {
 				return fmt.Errorf("event %s: %w", d.Event.ID(), err)
 			}
 		}

@@ -20,8 +20,11 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/tracing"
 	"github.com/tripsaga/tripsaga/outbox/internal/dbsqlc"
 )
 
@@ -37,7 +40,17 @@ var queries = dbsqlc.New() //nolint:gochecknoglobals // stateless
 // have the trip id as subject; otherwise Write returns an error wrapping
 // events.ErrInvalidEvent and the caller should roll back (JetStream would
 // refuse an event no stream holds, and it would never be published).
-func Write(ctx context.Context, tx pgx.Tx, evs ...event.Event) error {
+//
+// With tracing on (internal/tracing), Write is a span of its own (a child
+// of ctx's) and each event that carries no traceparent yet is stored with
+// that span's trace context (the CloudEvents distributed-tracing extension,
+// ce-traceparent and ce-tracestate), so its consumers' spans join the trace.
+func Write(ctx context.Context, tx pgx.Tx, evs ...event.Event) (err error) {
+	if len(evs) > 0 && tracing.Enabled() {
+		var span trace.Span
+		ctx, span = startWrite(ctx, evs)
+		defer func() { tracing.End(span, err) }()
+	}
 	relay := localRelay(ctx)
 	var delay float64
 	var local []localEvent
@@ -46,6 +59,10 @@ func Write(ctx context.Context, tx pgx.Tx, evs ...event.Event) error {
 		local = make([]localEvent, 0, len(evs))
 	}
 	for _, e := range evs {
+		if tracing.Enabled() {
+			e = e.Clone() // the caller's event stays as it was
+			tracing.Inject(ctx, &e)
+		}
 		subject, err := events.Subject(e.Type(), e.Subject())
 		if err != nil {
 			return fmt.Errorf("outbox: event %s: %w", e.ID(), err)
@@ -71,7 +88,7 @@ func Write(ctx context.Context, tx pgx.Tx, evs ...event.Event) error {
 			return fmt.Errorf("outbox: insert %s: %w", e.ID(), err)
 		}
 		if relay != nil {
-			local = append(local, localEvent{id: e.ID(), subject: subject, headers: h, data: e.Data()})
+			local = append(local, localEvent{id: e.ID(), subject: subject, headers: h, data: e.Data(), trace: trace.SpanContextFromContext(ctx)})
 		}
 	}
 	if len(evs) == 0 {
@@ -85,6 +102,16 @@ func Write(ctx context.Context, tx pgx.Tx, evs ...event.Event) error {
 		return fmt.Errorf("outbox: notify: %w", err)
 	}
 	return nil
+}
+
+// startWrite starts the span of a Write of evs: "outbox write <type>"
+// (kind producer), in the caller's transaction.
+func startWrite(ctx context.Context, evs []event.Event) (context.Context, trace.Span) {
+	first := evs[0]
+	attrs := append(tracing.EventAttrs(first),
+		attribute.String("messaging.operation.type", "create"),
+		attribute.Int("messaging.batch.message_count", len(evs)))
+	return tracing.Start(ctx, "outbox write "+first.Type(), trace.SpanKindProducer, attrs...)
 }
 
 // Pending returns how many events wait to be published (not quarantined).

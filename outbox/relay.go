@@ -18,9 +18,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/fault"
+	"github.com/tripsaga/tripsaga/internal/tracing"
 	"github.com/tripsaga/tripsaga/outbox/internal/dbsqlc"
 )
 
@@ -160,11 +164,39 @@ type localEvent struct {
 	id, subject string
 	headers     map[string]string
 	data        []byte
+	// trace is the span context of the Write that stored it (invalid when
+	// tracing is off).
+	trace trace.SpanContext
 }
 
 type localPending struct {
 	id, subject string
 	f           jetstream.PubAckFuture
+	span        trace.Span // the publish span, ended at the PubAck
+}
+
+// startPublish starts the span of one event's publish (kind producer,
+// "outbox publish <subject>") as a child of parent, the span context of the
+// event's producer (see Write); a no-op span while tracing is off.
+func startPublish(parent trace.SpanContext, id, subject, mode string) trace.Span {
+	if !tracing.Enabled() {
+		return noop.Span{}
+	}
+	_, span := tracing.Start(trace.ContextWithRemoteSpanContext(context.Background(), parent), "outbox publish "+subject, trace.SpanKindProducer,
+		attribute.String("messaging.system", "nats"), attribute.String("messaging.operation.type", "send"),
+		attribute.String("messaging.destination.name", subject), attribute.String("messaging.message.id", id),
+		attribute.String("tripsaga.relay.mode", mode), tracing.KeyTripID.String(fault.TripOfSubject(subject)))
+	return span
+}
+
+// parentOfHeaders is the span context of an outbox row's event: its
+// ce-traceparent and ce-tracestate headers.
+func parentOfHeaders(h map[string]string) trace.SpanContext {
+	tp, ts := events.TraceContextOfHeaders(h)
+	if tp == "" {
+		return trace.SpanContext{}
+	}
+	return trace.SpanContextFromContext(tracing.WithParent(context.Background(), tp, ts))
 }
 
 type relayMetrics struct {
@@ -426,9 +458,10 @@ func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	type pending struct {
-		row dbsqlc.OutboxClaimBatchRow
-		f   jetstream.PubAckFuture
-		err error
+		row  dbsqlc.OutboxClaimBatchRow
+		f    jetstream.PubAckFuture
+		err  error
+		span trace.Span
 	}
 	ps := make([]pending, len(rows))
 	for i, row := range rows {
@@ -442,7 +475,19 @@ func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 		for k, v := range h {
 			msg.Header[k] = []string{v}
 		}
+		if tracing.Enabled() {
+			ps[i].span = startPublish(parentOfHeaders(h), row.EventID, row.NatsSubject, "batch")
+		}
 		ps[i].f, ps[i].err = r.cfg.JetStream.PublishMsgAsync(msg, jetstream.WithMsgID(row.EventID))
+	}
+	if tracing.Enabled() {
+		defer func() {
+			for i := range ps {
+				if ps[i].span != nil {
+					tracing.End(ps[i].span, ps[i].err)
+				}
+			}
+		}()
 	}
 	deadline := time.NewTimer(r.cfg.AckTimeout)
 	defer deadline.Stop()
@@ -580,16 +625,22 @@ func (r *Relay) publishLocal(evs []localEvent) {
 		for k, v := range e.headers {
 			msg.Header[k] = []string{v}
 		}
+		var span trace.Span = noop.Span{}
+		if e.trace.IsValid() {
+			span = startPublish(e.trace, e.id, e.subject, "local")
+		}
 		f, err := r.cfg.JetStream.PublishMsgAsync(msg, jetstream.WithMsgID(e.id))
 		if err != nil {
 			r.m.failures.WithLabelValues(string(Classify(err))).Inc()
 			r.cfg.Logger.Debug("outbox: local publish failed; the relay's claim publishes it later", "event_id", e.id, "err", err)
+			tracing.End(span, err)
 			continue
 		}
 		select {
-		case r.acks <- localPending{id: e.id, subject: e.subject, f: f}:
+		case r.acks <- localPending{id: e.id, subject: e.subject, f: f, span: span}:
 		default:
 			// Too many waiting for PubAcks: the claims publish it later.
+			span.End()
 		}
 	}
 }
@@ -607,8 +658,10 @@ func (r *Relay) awaitLocal(ctx context.Context) {
 		timer.Reset(r.cfg.AckTimeout)
 		select {
 		case <-ctx.Done():
+			p.span.End()
 			return
 		case <-p.f.Ok():
+			p.span.End()
 			if fault.Hit(ctx, fault.At(r.service(), "relay", fault.AfterPublish), fault.TripOfSubject(p.subject)) != nil {
 				continue // as if the mark failed: claimed after LocalGrace, re-published, deduplicated
 			}
@@ -622,8 +675,10 @@ func (r *Relay) awaitLocal(ctx context.Context) {
 		case err := <-p.f.Err():
 			r.m.failures.WithLabelValues(string(Classify(err))).Inc()
 			r.cfg.Logger.Debug("outbox: local publish failed; the relay's claim publishes it later", "event_id", p.id, "err", err)
+			tracing.End(p.span, err)
 		case <-timer.C:
 			r.m.failures.WithLabelValues(string(CauseTimeout)).Inc()
+			tracing.End(p.span, errNoPubAck)
 		}
 	}
 }

@@ -19,7 +19,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tripsaga/tripsaga/internal/fault"
+	"github.com/tripsaga/tripsaga/internal/tracing"
 )
 
 // Outcome is what a company's answer decides.
@@ -143,7 +147,17 @@ type Result struct {
 }
 
 // Client calls one company.
+//
+// With tracing on (internal/tracing), each create, undo and status is a
+// client span ("<company> <operation>", a child of ctx's span) carrying the
+// Idempotency-Key, the company, the operation and the outcome as
+// attributes (tripsaga.idempotency_key, tripsaga.company,
+// tripsaga.operation, tripsaga.outcome), and the request carries the W3C
+// traceparent header.
 type Client struct {
+	// Company names the company in spans: "hotel", "payments", "cars",
+	// "mail". Defaults to Resource.
+	Company string
 	// BaseURL of the company, e.g. $HOTEL_URL.
 	BaseURL string
 	// Resource is the collection name: "holds", "charges", "bookings",
@@ -232,6 +246,7 @@ func (c *Client) do(ctx context.Context, method, path, key string, body any) (an
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
+	tracing.InjectHTTP(ctx, req.Header)
 	if err := callFault(ctx, method, fault.BeforeCall); err != nil {
 		return answer{}, fmt.Errorf("%w: %s %s: %w", ErrUnknownOutcome, method, path, err)
 	}
@@ -369,7 +384,12 @@ func str(m map[string]any, k string) string {
 // [*MismatchError] for a 2xx about another key or amount, a plain one for
 // a body that does not parse or lacks its fields, an unknown status word,
 // or any other code. The same request may be sent again by the same key.
-func (c *Client) Create(ctx context.Context, key string, body any) (Result, error) {
+func (c *Client) Create(ctx context.Context, key string, body any) (res Result, err error) {
+	if tracing.Enabled() {
+		var end func(*Result, *error)
+		ctx, end = c.startSpan(ctx, "create", http.MethodPost, key)
+		defer func() { end(&res, &err) }()
+	}
 	a, err := c.do(ctx, http.MethodPost, "/"+c.Resource, key, body)
 	if err != nil {
 		return Result{}, err
@@ -415,7 +435,16 @@ func (c *Client) Create(ctx context.Context, key string, body any) (Result, erro
 // [*MismatchError] for a 200 naming another key, a plain one for a body
 // that does not parse, a status word the contract does not know, or any
 // other code.
-func (c *Client) Undo(ctx context.Context, key string) (Result, error) {
+func (c *Client) Undo(ctx context.Context, key string) (res Result, err error) {
+	if tracing.Enabled() {
+		var end func(*Result, *error)
+		op := c.UndoVerb
+		if op == "" {
+			op = "undo"
+		}
+		ctx, end = c.startSpan(ctx, op, http.MethodPost, key)
+		defer func() { end(&res, &err) }()
+	}
 	if c.UndoVerb == "" {
 		return Result{}, fmt.Errorf("provider: %s cannot be undone", c.Resource)
 	}
@@ -458,7 +487,12 @@ func (c *Client) Status(ctx context.Context, key string) (Result, error) {
 // StatusFor is [Client.Status] checked against the request sent under key:
 // a 200 must also echo its [Client.Echo] fields (the amount and currency
 // of a charge), or it is a [*MismatchError]. body nil checks nothing more.
-func (c *Client) StatusFor(ctx context.Context, key string, body any) (Result, error) {
+func (c *Client) StatusFor(ctx context.Context, key string, body any) (res Result, err error) {
+	if tracing.Enabled() {
+		var end func(*Result, *error)
+		ctx, end = c.startSpan(ctx, "status", http.MethodGet, key)
+		defer func() { end(&res, &err) }()
+	}
 	a, err := c.do(ctx, http.MethodGet, "/"+c.Resource+"/"+url.PathEscape(key), "", nil)
 	if err != nil {
 		return Result{}, err
@@ -487,6 +521,38 @@ func (c *Client) StatusFor(ctx context.Context, key string, body any) (Result, e
 		return Result{}, &CredentialsError{Op: "status", Code: a.code, Reason: a.reason()}
 	}
 	return Result{}, fmt.Errorf("%w: GET %s: unexpected %d", ErrUnknownOutcome, key, a.code)
+}
+
+// startSpan starts the client span of one call to the company and returns
+// the function that ends it with the call's result: its outcome (done,
+// rejected, undone, none; "refused" for a [*RefusedError], "unknown" for
+// any other error), HTTP status code and reason.
+func (c *Client) startSpan(ctx context.Context, op, method, key string) (context.Context, func(*Result, *error)) {
+	company := c.Company
+	if company == "" {
+		company = c.Resource
+	}
+	ctx, span := tracing.Start(ctx, company+" "+op, trace.SpanKindClient,
+		tracing.KeyCompany.String(company), tracing.KeyOperation.String(op), tracing.KeyIdempotencyKey.String(key),
+		attribute.String("http.request.method", method))
+	return ctx, func(res *Result, err *error) {
+		outcome := string(res.Outcome)
+		var refused *RefusedError
+		switch {
+		case *err != nil && errors.As(*err, &refused):
+			outcome = "refused"
+			span.SetAttributes(attribute.Int("http.response.status_code", refused.Code))
+		case *err != nil:
+			outcome = "unknown"
+		default:
+			span.SetAttributes(attribute.Int("http.response.status_code", res.Code), attribute.String("tripsaga.company.status", res.Status))
+			if res.Reason != "" {
+				span.SetAttributes(attribute.String("tripsaga.reason", res.Reason))
+			}
+		}
+		span.SetAttributes(tracing.KeyOutcome.String(outcome))
+		tracing.End(span, *err)
+	}
 }
 
 // Record is one item of a company's list.
@@ -551,7 +617,7 @@ func (c *Client) List(ctx context.Context, status string) ([]Record, error) {
 // Hotel returns the client of the hotel at baseURL ($HOTEL_URL).
 func Hotel(baseURL string) *Client {
 	return &Client{
-		BaseURL: baseURL, Resource: "holds", IDField: "hold_id", UndoVerb: "release",
+		Company: "hotel", BaseURL: baseURL, Resource: "holds", IDField: "hold_id", UndoVerb: "release",
 		ActiveStatus: "held", UndoneStatus: "released", Statuses: []string{"held", "released"},
 	}
 }
@@ -559,7 +625,7 @@ func Hotel(baseURL string) *Client {
 // Payments returns the client of the card processor ($PAYMENTS_URL).
 func Payments(baseURL string) *Client {
 	return &Client{
-		BaseURL: baseURL, Resource: "charges", IDField: "charge_id", UndoVerb: "refund",
+		Company: "payments", BaseURL: baseURL, Resource: "charges", IDField: "charge_id", UndoVerb: "refund",
 		ActiveStatus: "charged", UndoneStatus: "refunded", Statuses: []string{"charged", "refunded", "declined"},
 		Echo: []string{"amount_cents", "currency"},
 	}
@@ -568,12 +634,12 @@ func Payments(baseURL string) *Client {
 // Cars returns the client of the car firm ($CARS_URL).
 func Cars(baseURL string) *Client {
 	return &Client{
-		BaseURL: baseURL, Resource: "bookings", IDField: "booking_id", UndoVerb: "cancel",
+		Company: "cars", BaseURL: baseURL, Resource: "bookings", IDField: "booking_id", UndoVerb: "cancel",
 		ActiveStatus: "booked", UndoneStatus: "canceled", Statuses: []string{"booked", "canceled"},
 	}
 }
 
 // Mail returns the client of the mail relay ($MAIL_URL).
 func Mail(baseURL string) *Client {
-	return &Client{BaseURL: baseURL, Resource: "messages", IDField: "message_id", ActiveStatus: "queued", Statuses: []string{"queued"}}
+	return &Client{Company: "mail", BaseURL: baseURL, Resource: "messages", IDField: "message_id", ActiveStatus: "queued", Statuses: []string{"queued"}}
 }

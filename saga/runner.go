@@ -16,9 +16,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/fault"
+	"github.com/tripsaga/tripsaga/internal/tracing"
 	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/saga/internal/dbsqlc"
@@ -157,6 +161,7 @@ func (r *Runner) Request(ctx context.Context, tx pgx.Tx, req Request) (bool, err
 		return false, fmt.Errorf("saga: %s trip: %w", r.cfg.Spec.Name, err)
 	}
 	sum := sha256.Sum256(body)
+	tp, ts := traceOf(ctx)
 	key := r.Key(req.TripID)
 	if req.KeyName != "" {
 		key = req.TripID + ":" + req.KeyName
@@ -171,6 +176,7 @@ func (r *Runner) Request(ctx context.Context, tx pgx.Tx, req Request) (bool, err
 			TripID: req.TripID, Step: r.cfg.Spec.Name, IdempotencyKey: key,
 			Request: body, Fingerprint: hex.EncodeToString(sum[:]), Trip: trip,
 			DeadlineAt: time.Now().Add(r.t.StepDeadline), LeaseUntil: lease, Owner: r.owner(),
+			Traceparent: tp, Tracestate: ts,
 		})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil
@@ -184,7 +190,7 @@ func (r *Runner) Request(ctx context.Context, tx pgx.Tx, req Request) (bool, err
 	n, err := queries.StepInsertIfAbsent(ctx, tx, dbsqlc.StepInsertIfAbsentParams{
 		TripID: req.TripID, Step: r.cfg.Spec.Name, IdempotencyKey: key,
 		Request: body, Fingerprint: hex.EncodeToString(sum[:]), Trip: trip,
-		DeadlineAt: time.Now().Add(r.t.StepDeadline),
+		DeadlineAt: time.Now().Add(r.t.StepDeadline), Traceparent: tp, Tracestate: ts,
 	})
 	if err != nil {
 		return false, fmt.Errorf("saga: record %s of %s: %w", r.cfg.Spec.Name, req.TripID, err)
@@ -248,6 +254,10 @@ func (r *Runner) undoRow(ctx context.Context, tx pgx.Tx, row dbsqlc.Step) error 
 		}
 		row.Status = string(Compensating)
 		row.UndoCause = new(CauseCompensation)
+		// The undo's calls belong to the compensation's span from now on.
+		if tp, ts := traceOf(ctx); tp != nil {
+			row.Traceparent, row.Tracestate = tp, ts
+		}
 		return update(ctx, tx, row)
 	default:
 		return nil
@@ -519,6 +529,37 @@ func (r *Runner) call(ctx context.Context, op string, f func(context.Context) (p
 	return res, err
 }
 
+// startSpan starts the span of a job on a claimed row ("saga <step>
+// <job>": forward, undo, verify) as a child of the trace context stored
+// with the row (the span that asked for the step or its undo), so calls
+// made later from the step log (the runner, retries, the recovery pass)
+// belong to the trip's trace. A no-op span while tracing is off.
+func (r *Runner) startSpan(ctx context.Context, job string, row *dbsqlc.Step) (context.Context, trace.Span) {
+	if !tracing.Enabled() {
+		return ctx, noop.Span{}
+	}
+	ctx = tracing.WithParentPtr(ctx, row.Traceparent, row.Tracestate)
+	return tracing.Start(ctx, "saga "+r.cfg.Spec.Name+" "+job, trace.SpanKindInternal,
+		tracing.KeyTripID.String(row.TripID), tracing.KeyStep.String(row.Step),
+		tracing.KeyService.String(r.cfg.Spec.Service), tracing.KeyIdempotencyKey.String(row.IdempotencyKey),
+		attribute.String("tripsaga.step.status", row.Status),
+		attribute.Int("tripsaga.step.attempts", int(row.Attempts)), attribute.Int("tripsaga.step.undo_attempts", int(row.UndoAttempts)))
+}
+
+// traceOf is the trace context of ctx's span, as the step row stores it
+// (nil while tracing is off).
+func traceOf(ctx context.Context) (traceparent, tracestate *string) {
+	tp, ts := tracing.Traceparent(ctx)
+	if tp == "" {
+		return nil, nil
+	}
+	traceparent = &tp
+	if ts != "" {
+		tracestate = &ts
+	}
+	return traceparent, tracestate
+}
+
 // leaseCovers reports whether what is left of a claimed row's lease covers
 // the job's calls (up to two, each at most CallTimeout). A job that waited
 // for a call slot past that renews the lease first, only if the row is
@@ -549,6 +590,8 @@ func (r *Runner) forward(ctx context.Context, claimed dbsqlc.Step) {
 	if !r.leaseCovers(ctx, &claimed) {
 		return
 	}
+	ctx, span := r.startSpan(ctx, "forward", &claimed)
+	defer span.End()
 	ctx = fault.WithSite(ctx, r.cfg.Spec.Service, r.cfg.Spec.Name, false, claimed.TripID) // fault points <service>.<op>.<where>
 	var body json.RawMessage = claimed.Request
 	res, callErr := r.call(ctx, "do", func(ctx context.Context) (provider.Result, error) {
@@ -685,6 +728,8 @@ func (r *Runner) undo(ctx context.Context, claimed dbsqlc.Step) {
 	if !r.leaseCovers(ctx, &claimed) {
 		return
 	}
+	ctx, span := r.startSpan(ctx, "undo", &claimed)
+	defer span.End()
 	ctx = fault.WithSite(ctx, r.cfg.Spec.Service, r.cfg.Spec.Name, true, claimed.TripID)
 	res, callErr := r.call(ctx, "undo", func(ctx context.Context) (provider.Result, error) {
 		return r.cfg.Spec.Company.Undo(ctx, claimed.IdempotencyKey)
@@ -757,6 +802,8 @@ func (r *Runner) undo(ctx context.Context, claimed dbsqlc.Step) {
 // the contract (see provider.ErrUnknownOutcome) decides nothing: the
 // question is asked again after VerifyAfter/2.
 func (r *Runner) verify(ctx context.Context, claimed dbsqlc.Step) {
+	ctx, span := r.startSpan(ctx, "verify", &claimed)
+	defer span.End()
 	res, callErr := r.call(ctx, "status", func(ctx context.Context) (provider.Result, error) {
 		return r.cfg.Spec.Company.Status(ctx, claimed.IdempotencyKey)
 	})
@@ -936,6 +983,7 @@ func updateIf(ctx context.Context, tx pgx.Tx, row dbsqlc.Step, was *dbsqlc.Step)
 		Attempts: row.Attempts, UndoAttempts: row.UndoAttempts, NextAttemptAt: row.NextAttemptAt,
 		VerifyAt: row.VerifyAt, LastError: row.LastError, StartedAt: row.StartedAt,
 		FinishedAt: row.FinishedAt, UndoneAt: row.UndoneAt, Owner: row.Owner,
+		Traceparent: row.Traceparent, Tracestate: row.Tracestate,
 	}
 	if was != nil {
 		p.OnlyIfUnchanged = true

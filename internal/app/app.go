@@ -26,6 +26,7 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/doctor"
+	"github.com/tripsaga/tripsaga/internal/tracing"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
@@ -108,6 +109,9 @@ type Process struct {
 	ready    atomic.Bool
 	checks   []func(context.Context) error
 	details  []func(context.Context) ([]string, error)
+
+	// stopTracing flushes the OTLP export (internal/tracing.Setup).
+	stopTracing func(context.Context) error
 }
 
 // Open connects to PostgreSQL (search_path = schema, after applying the
@@ -178,6 +182,15 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 			return err
 		})
 	}
+	// Spans are exported with OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set,
+	// as service.name <name>; otherwise tracing stays off.
+	if p.stopTracing, err = tracing.Setup(ctx, name, os.Getenv("TRIPSAGA_INSTANCE")); err != nil {
+		p.Close()
+		return nil, err
+	}
+	if tracing.Configured() {
+		log.Info("tracing: spans exported with OTLP", "endpoint", os.Getenv(tracing.EnvEndpoint))
+	}
 	return p, nil
 }
 
@@ -234,8 +247,14 @@ func (p *Process) AddDetail(d func(context.Context) ([]string, error)) {
 // SetReady marks the process ready (after its recovery pass).
 func (p *Process) SetReady() { p.ready.Store(true) }
 
-// Close releases connections.
+// Close releases connections and flushes the spans not yet exported.
 func (p *Process) Close() {
+	if p.stopTracing != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = p.stopTracing(ctx)
+		cancel()
+		p.stopTracing = nil
+	}
 	if p.NATS != nil {
 		p.NATS.Close()
 	}
@@ -286,7 +305,7 @@ func (p *Process) Serve(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("HTTP_ADDR %s: %w", p.Env.HTTPAddr, err)
 	}
-	srv := &http.Server{Handler: Guard(p.NATS, Problems(p.Mux)), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: tracing.Middleware(p.Name, p.Mux, Guard(p.NATS, Problems(p.Mux))), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -98,6 +98,8 @@ type Step struct {
 	UndoneAt       *time.Time
 	UpdatedAt      time.Time
 	Owner          *int32
+	Traceparent    *string
+	Tracestate     *string
 }
 
 type TripView struct {

@@ -88,4 +88,6 @@ type Step struct {
 	UndoneAt       *time.Time
 	UpdatedAt      time.Time
 	Owner          *int32
+	Traceparent    *string
+	Tracestate     *string
 }

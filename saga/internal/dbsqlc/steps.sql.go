@@ -11,7 +11,7 @@ import (
 )
 
 const stepClaimDue = `-- name: StepClaimDue :many
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner FROM steps
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate FROM steps
 WHERE status IN ('pending', 'started', 'unknown', 'compensating')
   AND next_attempt_at <= now()
 ORDER BY next_attempt_at
@@ -56,6 +56,8 @@ func (q *Queries) StepClaimDue(ctx context.Context, db DBTX, max int32) ([]Step,
 			&i.UndoneAt,
 			&i.UpdatedAt,
 			&i.Owner,
+			&i.Traceparent,
+			&i.Tracestate,
 		); err != nil {
 			return nil, err
 		}
@@ -68,7 +70,7 @@ func (q *Queries) StepClaimDue(ctx context.Context, db DBTX, max int32) ([]Step,
 }
 
 const stepClaimVerify = `-- name: StepClaimVerify :many
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner FROM steps
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate FROM steps
 WHERE verify_at IS NOT NULL AND verify_at <= now()
 ORDER BY verify_at
 LIMIT $1
@@ -109,6 +111,8 @@ func (q *Queries) StepClaimVerify(ctx context.Context, db DBTX, max int32) ([]St
 			&i.UndoneAt,
 			&i.UpdatedAt,
 			&i.Owner,
+			&i.Traceparent,
+			&i.Tracestate,
 		); err != nil {
 			return nil, err
 		}
@@ -151,7 +155,7 @@ func (q *Queries) StepCountByStatus(ctx context.Context, db DBTX) ([]StepCountBy
 }
 
 const stepGetByTripAndName = `-- name: StepGetByTripAndName :one
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner FROM steps WHERE trip_id = $1 AND step = $2
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate FROM steps WHERE trip_id = $1 AND step = $2
 `
 
 type StepGetByTripAndNameParams struct {
@@ -186,12 +190,14 @@ func (q *Queries) StepGetByTripAndName(ctx context.Context, db DBTX, arg StepGet
 		&i.UndoneAt,
 		&i.UpdatedAt,
 		&i.Owner,
+		&i.Traceparent,
+		&i.Tracestate,
 	)
 	return i, err
 }
 
 const stepGetForUpdate = `-- name: StepGetForUpdate :one
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner FROM steps WHERE trip_id = $1 AND step = $2 FOR UPDATE
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate FROM steps WHERE trip_id = $1 AND step = $2 FOR UPDATE
 `
 
 type StepGetForUpdateParams struct {
@@ -226,13 +232,17 @@ func (q *Queries) StepGetForUpdate(ctx context.Context, db DBTX, arg StepGetForU
 		&i.UndoneAt,
 		&i.UpdatedAt,
 		&i.Owner,
+		&i.Traceparent,
+		&i.Tracestate,
 	)
 	return i, err
 }
 
 const stepInsertIfAbsent = `-- name: StepInsertIfAbsent :execrows
-INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at)
-VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7)
+INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at,
+                   traceparent, tracestate)
+VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7,
+        $8::text, $9::text)
 ON CONFLICT (trip_id, step) DO NOTHING
 `
 
@@ -244,6 +254,8 @@ type StepInsertIfAbsentParams struct {
 	Fingerprint    string
 	Trip           []byte
 	DeadlineAt     time.Time
+	Traceparent    *string
+	Tracestate     *string
 }
 
 // Records a step to do, from its trigger event. A row that already exists
@@ -258,6 +270,8 @@ func (q *Queries) StepInsertIfAbsent(ctx context.Context, db DBTX, arg StepInser
 		arg.Fingerprint,
 		arg.Trip,
 		arg.DeadlineAt,
+		arg.Traceparent,
+		arg.Tracestate,
 	)
 	if err != nil {
 		return 0, err
@@ -267,11 +281,11 @@ func (q *Queries) StepInsertIfAbsent(ctx context.Context, db DBTX, arg StepInser
 
 const stepInsertStarted = `-- name: StepInsertStarted :one
 INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at,
-                   attempts, started_at, next_attempt_at, owner)
+                   attempts, started_at, next_attempt_at, owner, traceparent, tracestate)
 VALUES ($1, $2, $3, $4, $5, $6, 'started', $7,
-        1, now(), $8, $9::int)
+        1, now(), $8, $9::int, $10::text, $11::text)
 ON CONFLICT (trip_id, step) DO NOTHING
-RETURNING trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner
+RETURNING trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate
 `
 
 type StepInsertStartedParams struct {
@@ -284,6 +298,8 @@ type StepInsertStartedParams struct {
 	DeadlineAt     time.Time
 	LeaseUntil     time.Time
 	Owner          *int32
+	Traceparent    *string
+	Tracestate     *string
 }
 
 // Records a step from its trigger event as already started (attempt 1,
@@ -302,6 +318,8 @@ func (q *Queries) StepInsertStarted(ctx context.Context, db DBTX, arg StepInsert
 		arg.DeadlineAt,
 		arg.LeaseUntil,
 		arg.Owner,
+		arg.Traceparent,
+		arg.Tracestate,
 	)
 	var i Step
 	err := row.Scan(
@@ -328,6 +346,8 @@ func (q *Queries) StepInsertStarted(ctx context.Context, db DBTX, arg StepInsert
 		&i.UndoneAt,
 		&i.UpdatedAt,
 		&i.Owner,
+		&i.Traceparent,
+		&i.Tracestate,
 	)
 	return i, err
 }
@@ -357,7 +377,7 @@ func (q *Queries) StepInsertVoided(ctx context.Context, db DBTX, arg StepInsertV
 }
 
 const stepListByTrip = `-- name: StepListByTrip :many
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner FROM steps WHERE trip_id = $1 ORDER BY created_at
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate FROM steps WHERE trip_id = $1 ORDER BY created_at
 `
 
 func (q *Queries) StepListByTrip(ctx context.Context, db DBTX, tripID string) ([]Step, error) {
@@ -393,6 +413,8 @@ func (q *Queries) StepListByTrip(ctx context.Context, db DBTX, tripID string) ([
 			&i.UndoneAt,
 			&i.UpdatedAt,
 			&i.Owner,
+			&i.Traceparent,
+			&i.Tracestate,
 		); err != nil {
 			return nil, err
 		}
@@ -474,11 +496,13 @@ UPDATE steps SET
     finished_at     = $12,
     undone_at       = $13,
     owner           = $14::int,
+    traceparent     = coalesce($15::text, traceparent),
+    tracestate      = CASE WHEN $15::text IS NULL THEN tracestate ELSE $16::text END,
     updated_at      = now()
-WHERE trip_id = $15 AND step = $16
-  AND (NOT $17::bool
-       OR (status = $18 AND attempts = $19 AND undo_attempts = $20
-           AND verify_at IS NOT DISTINCT FROM $21::timestamptz))
+WHERE trip_id = $17 AND step = $18
+  AND (NOT $19::bool
+       OR (status = $20 AND attempts = $21 AND undo_attempts = $22
+           AND verify_at IS NOT DISTINCT FROM $23::timestamptz))
 `
 
 type StepUpdateParams struct {
@@ -496,6 +520,8 @@ type StepUpdateParams struct {
 	FinishedAt      *time.Time
 	UndoneAt        *time.Time
 	Owner           *int32
+	Traceparent     *string
+	Tracestate      *string
 	TripID          string
 	Step            string
 	OnlyIfUnchanged bool
@@ -505,7 +531,8 @@ type StepUpdateParams struct {
 	WasVerifyAt     *time.Time
 }
 
-// Writes a step row. With only_if_unchanged it writes only if the row is
+// Writes a step row (a trace context given replaces the stored one; none
+// keeps it). With only_if_unchanged it writes only if the row is
 // still as the caller claimed it (same status, attempts, undo attempts and
 // verification time): the answer of a call is recorded without reading the
 // row first, and no row updated means it changed meanwhile (an undo was
@@ -526,6 +553,8 @@ func (q *Queries) StepUpdate(ctx context.Context, db DBTX, arg StepUpdateParams)
 		arg.FinishedAt,
 		arg.UndoneAt,
 		arg.Owner,
+		arg.Traceparent,
+		arg.Tracestate,
 		arg.TripID,
 		arg.Step,
 		arg.OnlyIfUnchanged,

@@ -2,8 +2,10 @@
 -- Records a step to do, from its trigger event. A row that already exists
 -- (a redelivery, or a compensation that arrived first and voided the step)
 -- is left alone.
-INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at)
-VALUES (@trip_id, @step, @idempotency_key, @request, @fingerprint, @trip, 'pending', @deadline_at)
+INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at,
+                   traceparent, tracestate)
+VALUES (@trip_id, @step, @idempotency_key, @request, @fingerprint, @trip, 'pending', @deadline_at,
+        sqlc.narg(traceparent)::text, sqlc.narg(tracestate)::text)
 ON CONFLICT (trip_id, step) DO NOTHING;
 
 -- name: StepInsertStarted :one
@@ -13,9 +15,9 @@ ON CONFLICT (trip_id, step) DO NOTHING;
 -- two, precedes the call. A row that already exists is left alone (no row
 -- returned).
 INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at,
-                   attempts, started_at, next_attempt_at, owner)
+                   attempts, started_at, next_attempt_at, owner, traceparent, tracestate)
 VALUES (@trip_id, @step, @idempotency_key, @request, @fingerprint, @trip, 'started', @deadline_at,
-        1, now(), @lease_until, sqlc.narg(owner)::int)
+        1, now(), @lease_until, sqlc.narg(owner)::int, sqlc.narg(traceparent)::text, sqlc.narg(tracestate)::text)
 ON CONFLICT (trip_id, step) DO NOTHING
 RETURNING *;
 
@@ -58,7 +60,8 @@ LIMIT @max
 FOR UPDATE SKIP LOCKED;
 
 -- name: StepUpdate :execrows
--- Writes a step row. With only_if_unchanged it writes only if the row is
+-- Writes a step row (a trace context given replaces the stored one; none
+-- keeps it). With only_if_unchanged it writes only if the row is
 -- still as the caller claimed it (same status, attempts, undo attempts and
 -- verification time): the answer of a call is recorded without reading the
 -- row first, and no row updated means it changed meanwhile (an undo was
@@ -78,6 +81,8 @@ UPDATE steps SET
     finished_at     = @finished_at,
     undone_at       = @undone_at,
     owner           = sqlc.narg(owner)::int,
+    traceparent     = coalesce(sqlc.narg(traceparent)::text, traceparent),
+    tracestate      = CASE WHEN sqlc.narg(traceparent)::text IS NULL THEN tracestate ELSE sqlc.narg(tracestate)::text END,
     updated_at      = now()
 WHERE trip_id = @trip_id AND step = @step
   AND (NOT @only_if_unchanged::bool

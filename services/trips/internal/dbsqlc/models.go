@@ -88,6 +88,8 @@ type Step struct {
 	UndoneAt       *time.Time
 	UpdatedAt      time.Time
 	Owner          *int32
+	Traceparent    *string
+	Tracestate     *string
 }
 
 type Trip struct {
