@@ -304,6 +304,10 @@ func TestAPIAnswers503WhilePostgreSQLIsDown(t *testing.T) {
 		require.Contains(t, []int{200, 202}, ans.code, "%s before the kill: %s", what, ans.body)
 	}
 
+	// The test cluster commits asynchronously (synchronous_commit off): a
+	// CHECKPOINT writes the trip out, or the kill may lose it.
+	_, err = pool.Exec(ctx, "CHECKPOINT")
+	require.NoError(t, err)
 	pid := postmasterPID(t, c.DataDir)
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 	testenv.Eventually(t, func() bool { return syscall.Kill(pid, 0) != nil }, "postmaster %d gone", pid)
