@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -87,8 +88,21 @@ func Configured() bool {
 	return os.Getenv(EnvEndpoint) != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
-// Setup exports the process's spans with OTLP over HTTP (otlptracehttp,
-// configured by the standard OTEL_EXPORTER_OTLP_* variables) when
+// Protocol is the OTLP protocol the environment asks for:
+// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL, else
+// http/protobuf.
+func Protocol() string {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
+	}
+	return "http/protobuf"
+}
+
+// Setup exports the process's spans with OTLP over HTTP (otlptracehttp) or
+// gRPC (otlptracegrpc, when [Protocol] is grpc), configured by the standard
+// OTEL_EXPORTER_OTLP_* variables, when
 // [Configured], as service.name service (in service.namespace "tripsaga",
 // service.instance.id instance when not empty; OTEL_SERVICE_NAME and
 // OTEL_RESOURCE_ATTRIBUTES override), sampled as OTEL_TRACES_SAMPLER says
@@ -98,14 +112,16 @@ func Setup(ctx context.Context, service, instance string) (func(context.Context)
 	if !Configured() {
 		return func(context.Context) error { return nil }, nil
 	}
-	if p := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"); p == "" {
-		if p = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"); p != "" && p != "http/protobuf" {
-			return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%q: only http/protobuf is supported (the collector's port 4318)", p)
-		}
-	} else if p != "http/protobuf" {
-		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=%q: only http/protobuf is supported (the collector's port 4318)", p)
+	var exp sdktrace.SpanExporter
+	var err error
+	switch p := Protocol(); p {
+	case "http/protobuf":
+		exp, err = otlptracehttp.New(ctx)
+	case "grpc":
+		exp, err = otlptracegrpc.New(ctx)
+	default:
+		return nil, fmt.Errorf("tracing: OTLP protocol %q (OTEL_EXPORTER_OTLP_PROTOCOL): want http/protobuf (the collector's port 4318) or grpc (4317)", p)
 	}
-	exp, err := otlptracehttp.New(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
 	}
