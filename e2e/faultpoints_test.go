@@ -122,11 +122,21 @@ func (g *faultRig) book(t *testing.T, tag, scenario string) string {
 	}
 	body, err := json.Marshal(req)
 	require.NoError(t, err)
-	hr, err := http.NewRequest(http.MethodPost, g.s.URL("trips")+"/trips", bytes.NewReader(body))
-	require.NoError(t, err)
-	hr.Header.Set("Prefer", "wait=0")
-	resp, err := g.http.Do(hr)
-	require.NoError(t, err)
+	// Another lane may kill trips while this POST is in flight (its rows
+	// do so on purpose): send it again with the same Idempotency-Key, as a
+	// client would, until the restarted process answers.
+	var resp *http.Response
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		hr, err := http.NewRequest(http.MethodPost, g.s.URL("trips")+"/trips", bytes.NewReader(body))
+		require.NoError(t, err)
+		hr.Header.Set("Prefer", "wait=0")
+		hr.Header.Set("Idempotency-Key", "fp-"+tag+"-"+g.nonce)
+		resp, err = g.http.Do(hr)
+		if err == nil || time.Now().After(deadline) {
+			require.NoError(t, err)
+			break
+		}
+	}
 	defer resp.Body.Close()
 	var out struct {
 		TripID string `json:"trip_id"`
