@@ -10,6 +10,7 @@ package trips
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,8 +97,10 @@ type Service struct {
 	inboxes []*outbox.Inbox
 	mu      sync.Mutex
 	waiters map[string]*waiter // trip id -> closed at its next status change
-	// notified counts settled-trip notifications received (any replica's).
+	// notified counts settled-trip notifications received from other
+	// replicas; sender names this one in its own (random, per process).
 	notified atomic.Int64
+	sender   string
 }
 
 // New builds the service.
@@ -105,7 +108,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, waiters: map[string]*waiter{}}
+	s := &Service{cfg: cfg, log: cfg.Logger, waiters: map[string]*waiter{}, sender: rand.Text()}
 	var err error
 	s.relay, err = outbox.NewRelay(outbox.RelayConfig{
 		Pool: cfg.Pool, JetStream: cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer,
@@ -247,7 +250,7 @@ func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	}
 	if IsFinal(row.Status) {
 		// Requests waiting on it at other replicas.
-		if err := queries.TripNotifySettled(ctx, tx, row.TripID); err != nil {
+		if err := queries.TripNotifySettled(ctx, tx, dbsqlc.TripNotifySettledParams{TripID: row.TripID, Sender: s.sender}); err != nil {
 			return err
 		}
 	}
@@ -311,8 +314,12 @@ func (s *Service) listenSettledOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		trip, sender, _ := strings.Cut(n.Payload, " ")
+		if sender == s.sender {
+			continue // ours: woken with the row after our commit
+		}
 		s.notified.Add(1)
-		s.projected(dbsqlc.Trip{TripID: n.Payload}) // the waiters read it
+		s.projected(dbsqlc.Trip{TripID: trip}) // the waiters read it
 	}
 }
 

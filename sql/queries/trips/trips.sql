@@ -38,5 +38,7 @@ LIMIT @max;
 -- name: TripNotifySettled :exec
 -- Tells every trips replica (LISTEN trip_settled_<schema>) that a trip
 -- settled, at commit, so a request waiting on it (Prefer: wait) wakes
--- whichever replica projected the event.
-SELECT pg_notify('trip_settled_' || current_schema(), @trip_id::text);
+-- whichever replica projected the event. The payload is
+-- "<trip_id> <sender>": the sending replica wakes its own waiters itself
+-- after the commit (with the row), so it ignores its own notifications.
+SELECT pg_notify('trip_settled_' || current_schema(), @trip_id::text || ' ' || @sender::text);

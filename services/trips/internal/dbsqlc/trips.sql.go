@@ -139,14 +139,21 @@ func (q *Queries) TripList(ctx context.Context, db DBTX, arg TripListParams) ([]
 }
 
 const tripNotifySettled = `-- name: TripNotifySettled :exec
-SELECT pg_notify('trip_settled_' || current_schema(), $1::text)
+SELECT pg_notify('trip_settled_' || current_schema(), $1::text || ' ' || $2::text)
 `
+
+type TripNotifySettledParams struct {
+	TripID string
+	Sender string
+}
 
 // Tells every trips replica (LISTEN trip_settled_<schema>) that a trip
 // settled, at commit, so a request waiting on it (Prefer: wait) wakes
-// whichever replica projected the event.
-func (q *Queries) TripNotifySettled(ctx context.Context, db DBTX, tripID string) error {
-	_, err := db.Exec(ctx, tripNotifySettled, tripID)
+// whichever replica projected the event. The payload is
+// "<trip_id> <sender>": the sending replica wakes its own waiters itself
+// after the commit (with the row), so it ignores its own notifications.
+func (q *Queries) TripNotifySettled(ctx context.Context, db DBTX, arg TripNotifySettledParams) error {
+	_, err := db.Exec(ctx, tripNotifySettled, arg.TripID, arg.Sender)
 	return err
 }
 
