@@ -255,7 +255,9 @@ func TestRunner(t *testing.T) {
 		require.NoError(t, sim.AddFault(ctx, b.hotelURL, sim.Rule{Op: sim.OpRelease, Fault: sim.FaultFail, Times: 5}))
 		r := runner(t, b, fast)
 		request(t, b, r, "T-comp", "comp@x.io")
-		recoverPass(t, r)
+		// Held first (a call slower than the test's 200 ms call timeout on
+		// a loaded machine is unknown and asked again).
+		runUntil(t, r, func() bool { return step(t, b, "T-comp").Status == "done" }, "held")
 		undo(t, b, r, "T-comp")
 		require.Equal(t, "compensating", step(t, b, "T-comp").Status)
 		runUntil(t, r, func() bool { return step(t, b, "T-comp").Status == "compensated" }, "compensated in the end")
@@ -278,7 +280,9 @@ func TestRunner(t *testing.T) {
 		slow.UndoBackoffMax = time.Hour
 		r := runner(t, b, slow)
 		request(t, b, r, "T-refused", "refused@x.io")
-		recoverPass(t, r)
+		// Held first (a call slower than the test's 200 ms call timeout on
+		// a loaded machine is unknown and asked again).
+		runUntil(t, r, func() bool { return step(t, b, "T-refused").Status == "done" }, "held")
 		undo(t, b, r, "T-refused")
 		runUntil(t, r, func() bool {
 			inc, err := saga.Incidents(ctx, b.pool)
