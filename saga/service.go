@@ -142,6 +142,12 @@ func (s *Service) onTrigger(ctx context.Context, tx pgx.Tx, e event.Event) error
 	if d.Request == nil || d.TripID == "" || d.TripID != e.Subject() {
 		return fmt.Errorf("%w: %s carries no trip request for subject %q", outbox.ErrPermanent, e.Type(), e.Subject())
 	}
+	// Events are untrusted input too: the request inside one is checked
+	// with the API's rules (those that do not depend on the day) before
+	// any company is called; an invalid one is parked, naming its fields.
+	if err := d.Request.Validate(); err != nil {
+		return fmt.Errorf("%w: %s of trip %s: %w", outbox.ErrPermanent, e.Type(), e.Subject(), err)
+	}
 	body, err := s.cfg.Build(d.TripID, *d.Request)
 	if err != nil {
 		return fmt.Errorf("%w: %w", outbox.ErrPermanent, err)
