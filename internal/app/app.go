@@ -162,11 +162,20 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 		}
 		dcfg := doctor.DefaultConfig()
 		dcfg.StreamReplicas = max(env.StreamReplicas, 1)
+		// Reading the configuration can time out while a cluster's
+		// streams elect leaders (a node just restarted): that is asked
+		// again for a minute, and only a violation refuses the start.
 		fs, err := doctor.Check(ctx, p.NATS, p.JS, dcfg)
-		if err == nil {
-			err = doctor.Err(fs)
+		for deadline := time.Now().Add(time.Minute); err != nil && time.Now().Before(deadline) && ctx.Err() == nil; {
+			log.Warn("could not read the JetStream configuration for the start check; asking again", "err", err)
+			time.Sleep(500 * time.Millisecond)
+			fs, err = doctor.Check(ctx, p.NATS, p.JS, dcfg)
 		}
 		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("reading the JetStream configuration for the start check: %w", err)
+		}
+		if err := doctor.Err(fs); err != nil {
 			p.Close()
 			return nil, fmt.Errorf("refusing to start: %w", err)
 		}
