@@ -116,6 +116,11 @@ func Decode(header map[string][]string, body []byte) (event.Event, error) {
 		return event.Event{}, fmt.Errorf("%w: no ce-specversion header", ErrInvalidEvent)
 	}
 	e := event.New(attrs["specversion"])
+	if e.Context == nil {
+		// An unknown version leaves no context: every setter would panic.
+		return event.Event{}, fmt.Errorf("%w: ce-specversion %q is not %s or %s", ErrInvalidEvent,
+			attrs["specversion"], event.CloudEventsVersionV1, event.CloudEventsVersionV03)
+	}
 	for name, v := range attrs {
 		switch name {
 		case "specversion":
@@ -182,6 +187,9 @@ func percentEncode(s string) string {
 
 func percentDecode(s string) (string, error) {
 	if !strings.Contains(s, "%") {
+		if !utf8.ValidString(s) {
+			return "", fmt.Errorf("not UTF-8")
+		}
 		return s, nil
 	}
 	var b []byte

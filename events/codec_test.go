@@ -55,6 +55,10 @@ func TestDecodeRejects(t *testing.T) {
 		"NoID":          {"ce-specversion": {"1.0"}, "ce-source": {"/x"}, "ce-type": {"t"}},
 		"BadEscape":     {"ce-specversion": {"1.0"}, "ce-id": {"1"}, "ce-source": {"/x%zz"}, "ce-type": {"t"}},
 		"BadTime":       {"ce-specversion": {"1.0"}, "ce-id": {"1"}, "ce-source": {"/x"}, "ce-type": {"t"}, "ce-time": {"yesterday"}},
+		// Found by FuzzDecode: an unknown version left a nil context and panicked.
+		// Found by FuzzDecode: a raw byte that is not UTF-8 decoded, and did not decode again once encoded.
+		"RawNotUTF8":         {"ce-specversion": {"1.0"}, "ce-id": {"1"}, "ce-source": {"/x"}, "ce-type": {"\x82"}},
+		"UnknownSpecVersion": {"ce-specversion": {"0"}, "ce-id": {"1"}, "ce-source": {"/x"}, "ce-type": {"t"}, "ce-x": {"y"}},
 	}
 	for name, h := range cases {
 		t.Run(name, func(t *testing.T) {
