@@ -69,13 +69,17 @@ var intRange = map[string][2]int64{ //nolint:gochecknoglobals // read-only table
 // DecodeRequest reads a POST /trips body and validates it as a new
 // booking made at now (events.TripRequest.ValidateNew). It returns every
 // invalid field at once, whether of the wrong JSON type, unknown, missing
-// or out of range; a body that is not UTF-8 (RFC 8259 §8.1) or not one
-// JSON object is one error at "#".
+// or out of range; a body that is not UTF-8 (RFC 8259 §8.1), not one
+// JSON object or larger than MaxBodyBytes (it reads no more) is one error
+// at "#".
 func DecodeRequest(r io.Reader, now time.Time) (events.TripRequest, []FieldError) {
 	var req events.TripRequest
-	raw, err := io.ReadAll(r)
+	raw, err := io.ReadAll(io.LimitReader(r, MaxBodyBytes+1))
 	if err != nil {
 		return req, []FieldError{{Field: "", Pointer: "#", Detail: "reading the body: " + err.Error()}}
+	}
+	if len(raw) > MaxBodyBytes {
+		return req, []FieldError{{Field: "", Pointer: "#", Detail: fmt.Sprintf("body is larger than %d bytes", MaxBodyBytes)}}
 	}
 	if !utf8.Valid(raw) {
 		return req, []FieldError{{Field: "", Pointer: "#", Detail: "body is not UTF-8 (RFC 8259 §8.1)"}}
@@ -160,7 +164,15 @@ func DecodeRequest(r io.Reader, now time.Time) (events.TripRequest, []FieldError
 	return req, errs
 }
 
-func fe(field, detail string) FieldError { return events.FieldErr(field, detail) }
+// fe returns the FieldError of a dotted field path. A top-level member
+// named "" is named `""` (its pointer "#/"), so that no error about a
+// member reads as one about the whole body (field "", pointer "#").
+func fe(field, detail string) FieldError {
+	if field == "" {
+		return FieldError{Field: `""`, Pointer: "#/", Detail: detail}
+	}
+	return events.FieldErr(field, detail)
+}
 
 // CheckKey returns "" when key is a valid Idempotency-Key header value (or
 // empty: no key), or what is wrong: not UTF-8, a control character, more
