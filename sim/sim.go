@@ -40,6 +40,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tripsaga/tripsaga/internal/httpx"
 	"github.com/tripsaga/tripsaga/sim/internal/dbsqlc"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
@@ -188,35 +189,13 @@ func (s *Simulators) handleHealthz(w http.ResponseWriter, r *http.Request) {
 func (s *Simulators) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w}
+		rec := &httpx.StatusRecorder{ResponseWriter: w}
 		next.ServeHTTP(rec, r)
 		s.log.DebugContext(r.Context(), "sim request",
 			"method", r.Method,
 			"path", r.URL.Path,
 			"idempotency_key", r.Header.Get("Idempotency-Key"),
-			"status", rec.status, // 0: no answer (lost, hung or hijacked)
+			"status", rec.Status, // 0: no answer (lost, hung or hijacked)
 			"duration_ms", time.Since(start).Milliseconds())
 	})
 }
-
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (r *statusRecorder) WriteHeader(code int) {
-	if r.status == 0 {
-		r.status = code
-	}
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *statusRecorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	return r.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection (for Hijack).
-func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -31,6 +31,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/tripsaga/tripsaga/internal/httpx"
 )
 
 // ScopeName is the instrumentation scope of every span of the system.
@@ -346,9 +348,9 @@ func Middleware(service string, mux *http.ServeMux, h http.Handler) http.Handler
 		}
 		ctx, span := (*t).Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 		defer span.End()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &httpx.StatusRecorder{ResponseWriter: w}
 		h.ServeHTTP(sw, r.WithContext(ctx))
-		code := sw.code
+		code := sw.Status
 		if code == 0 {
 			code = http.StatusOK
 		}
@@ -358,29 +360,6 @@ func Middleware(service string, mux *http.ServeMux, h http.Handler) http.Handler
 		}
 	})
 }
-
-// statusWriter remembers the status code written.
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.code == 0 {
-		w.code = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the writer underneath.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // InjectHTTP sets the W3C traceparent (and tracestate) headers of an
 // outgoing request to ctx's span, for a company that traces too.
