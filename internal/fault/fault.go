@@ -353,21 +353,36 @@ func (r Rule) match(n int, trip func(int) string) (string, bool) {
 	return "", false
 }
 
-// claimOnce creates r's marker file with O_EXCL: false when it exists (the
-// rule fired before, in this process or another) or cannot be made.
+// claimOnce creates r's marker file, whole or not at all: its content is
+// written to a file of this process's own, which is then hard-linked to
+// the marker's name (link(2) fails when the name exists, as O_EXCL does).
+// A process killed meanwhile (another goroutine's kill rule) leaves no
+// marker without its pid and trip, and the rule still to fire. It returns
+// false when the marker exists (the rule fired before, in this process or
+// another) or cannot be made.
 func (c *config) claimOnce(r Rule, point, trip string) bool {
 	path := filepath.Join(c.dir, r.Once+".fired")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
+	if _, err := os.Stat(path); err == nil {
+		return false
+	}
+	tmp := fmt.Sprintf("%s.%d.%d.tmp", path, os.Getpid(), tmpSeq.Add(1))
+	content := fmt.Sprintf("rule=%s point=%s pid=%d trip_id=%s at=%s\n", r.Text, point, os.Getpid(), trip, time.Now().UTC().Format(time.RFC3339Nano))
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		log().Error("fault: cannot create the once marker; the rule does not fire", "rule", r.Text, "err", err)
+		return false
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, path); err != nil {
 		if !errors.Is(err, os.ErrExist) {
 			log().Error("fault: cannot create the once marker; the rule does not fire", "rule", r.Text, "err", err)
 		}
 		return false
 	}
-	fmt.Fprintf(f, "rule=%s point=%s pid=%d trip_id=%s at=%s\n", r.Text, point, os.Getpid(), trip, time.Now().UTC().Format(time.RFC3339Nano))
-	_ = f.Close()
 	return true
 }
+
+// tmpSeq numbers this process's marker drafts.
+var tmpSeq atomic.Int64 //nolint:gochecknoglobals // a counter
 
 // Marker returns the path of the marker file of a rule armed with
 // once=name in dir.
