@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
@@ -282,17 +281,9 @@ func TestKillEveryService(t *testing.T) {
 // DEADLETTER with the reason, and trips keep flowing past them.
 func TestPoisonEventIsParked(t *testing.T) {
 	ctx := context.Background()
-	nc, err := nats.Connect(sys.NATSURL)
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	dl, err := js.Stream(ctx, events.StreamDeadLetter)
-	require.NoError(t, err)
-	before, err := dl.Info(ctx)
-	require.NoError(t, err)
+	js, dl, before := deadLetterStream(t)
 
-	_, err = js.PublishMsg(ctx, &nats.Msg{Subject: "hotel.held.T-poison", Data: []byte("{not json"), Header: nats.Header{"ce-specversion": {"1.0"}}})
+	_, err := js.PublishMsg(ctx, &nats.Msg{Subject: "hotel.held.T-poison", Data: []byte("{not json"), Header: nats.Header{"ce-specversion": {"1.0"}}})
 	require.NoError(t, err)
 	unknown, err := events.New(events.Source("hotel"), "io.tripsaga.hotel.upgraded.v1", "T-poison2", map[string]string{})
 	require.NoError(t, err)

@@ -24,15 +24,7 @@ import (
 // it: no charge, no outcome event.
 func TestAnInvalidRequestInAnEventIsParked(t *testing.T) {
 	ctx := context.Background()
-	nc, err := nats.Connect(sys.NATSURL)
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	dl, err := js.Stream(ctx, events.StreamDeadLetter)
-	require.NoError(t, err)
-	before, err := dl.Info(ctx)
-	require.NoError(t, err)
+	js, dl, before := deadLetterStream(t)
 
 	cases := map[string]func(r *events.TripRequest){
 		"payment.amount_cents": func(r *events.TripRequest) { r.Payment.AmountCents = -500 },
@@ -103,4 +95,21 @@ func TestAnInvalidRequestInAnEventIsParked(t *testing.T) {
 		_, err = msgs.GetLastMsgForSubject(ctx, "payment.*."+trip)
 		require.ErrorIs(t, err, jetstream.ErrMsgNotFound, "no payment event for it")
 	}
+}
+
+// deadLetterStream connects to the system's JetStream (closed at the test's
+// end) and returns it, the DEADLETTER stream and its state before the test.
+func deadLetterStream(t *testing.T) (jetstream.JetStream, jetstream.Stream, *jetstream.StreamInfo) {
+	t.Helper()
+	ctx := context.Background()
+	nc, err := nats.Connect(sys.NATSURL)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	dl, err := js.Stream(ctx, events.StreamDeadLetter)
+	require.NoError(t, err)
+	before, err := dl.Info(ctx)
+	require.NoError(t, err)
+	return js, dl, before
 }
