@@ -142,6 +142,11 @@ func Decode(header map[string][]string, body []byte) (event.Event, error) {
 				return e, fmt.Errorf("%w: ce-time: %w", ErrInvalidEvent, err)
 			}
 			e.SetTime(t)
+		case "data", "data_base64":
+			// Names the JSON event format reserves for the data (CloudEvents
+			// JSON format, §3.1): an extension of that name could not be
+			// written in structured mode.
+			return e, fmt.Errorf("%w: ce-%s: an extension may not be named %q", ErrInvalidEvent, name, name)
 		default:
 			e.SetExtension(name, v)
 		}

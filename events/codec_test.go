@@ -59,6 +59,10 @@ func TestDecodeRejects(t *testing.T) {
 		// Found by FuzzDecode: a raw byte that is not UTF-8 decoded, and did not decode again once encoded.
 		"RawNotUTF8":         {"ce-specversion": {"1.0"}, "ce-id": {"1"}, "ce-source": {"/x"}, "ce-type": {"\x82"}},
 		"UnknownSpecVersion": {"ce-specversion": {"0"}, "ce-id": {"1"}, "ce-source": {"/x"}, "ce-type": {"t"}, "ce-x": {"y"}},
+		// Found by FuzzDecode in CI: an extension named data became the data
+		// once encoded in structured mode.
+		"ExtensionNamedData":       {"ce-specversion": {"1.0"}, "ce-id": {"1"}, "ce-source": {"/x"}, "ce-type": {"t"}, "ce-data": {"00"}},
+		"ExtensionNamedDataBase64": {"ce-specversion": {"1.0"}, "ce-id": {"1"}, "ce-source": {"/x"}, "ce-type": {"t"}, "ce-data_base64": {"AA=="}},
 	}
 	for name, h := range cases {
 		t.Run(name, func(t *testing.T) {
