@@ -95,6 +95,11 @@ func Decode(header map[string][]string, body []byte) (event.Event, error) {
 		if err := json.Unmarshal(body, &e); err != nil {
 			return e, fmt.Errorf("%w: structured mode: %w", ErrInvalidEvent, err)
 		}
+		for _, name := range []string{"data", "data_base64"} {
+			if _, ok := e.Extensions()[name]; ok { // e.g. a member "dAtA", lower-cased by the SDK
+				return e, fmt.Errorf("%w: structured mode: an extension may not be named %q", ErrInvalidEvent, name)
+			}
+		}
 		if err := e.Validate(); err != nil {
 			return e, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 		}
