@@ -1,0 +1,328 @@
+package events
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// The optional travel-insurance step's event types (stream INSURANCE),
+// declared in the catalogue only when the step is on (see [Catalogue.WithSteps]).
+const (
+	InsuranceBought   = "io.tripsaga.insurance.bought.v1"
+	InsuranceRejected = "io.tripsaga.insurance.rejected.v1" // the insurer refused the risk: final, no policy
+	InsuranceFailed   = "io.tripsaga.insurance.failed.v1"   // unknown past the deadline, canceled by key
+	InsuranceCanceled = "io.tripsaga.insurance.canceled.v1" // compensation done
+
+	StreamInsurance = "INSURANCE"
+)
+
+// StepsVar is the environment variable that orders the saga's steps
+// (compensable steps and the pivot), e.g. "hotel,insurance,payment,car";
+// unset or empty: [Default]'s order.
+const StepsVar = "STEPS"
+
+// OptionalStep is a step a configuration may add to [Default]: the step
+// as declared (its Trigger and its compensation's Trigger are rewired by
+// [Catalogue.WithSteps] to its place in the order) and its event types.
+type OptionalStep struct {
+	Step  Step
+	Types []EventType
+}
+
+// Optional lists the steps [Catalogue.WithSteps] may add. Travel insurance
+// is compensable (a policy is canceled by key) and belongs before the pivot.
+var Optional = []OptionalStep{ //nolint:gochecknoglobals // read-only declaration
+	{
+		Step: Step{
+			Name: "insurance", Service: "insurance", Class: Compensable,
+			Trigger:   []string{HotelHeld},
+			Publishes: []string{InsuranceBought, InsuranceRejected, InsuranceFailed},
+			Compensation: &Compensation{
+				Name:      "cancel",
+				Trigger:   []string{PaymentDeclined, PaymentFailed, PaymentRefunded},
+				Publishes: []string{InsuranceCanceled},
+			},
+		},
+		Types: []EventType{
+			{InsuranceBought, "insurance", StreamInsurance, "StepData", "the travel insurance policy is bought"},
+			{InsuranceRejected, "insurance", StreamInsurance, "StepData", "the insurer refused to insure the trip"},
+			{InsuranceFailed, "insurance", StreamInsurance, "StepData", "the policy could not be confirmed by its deadline and was canceled by key"},
+			{InsuranceCanceled, "insurance", StreamInsurance, "StepData", "the policy was canceled (compensation)"},
+		},
+	},
+}
+
+// Full is [Default] with every [Optional] step on, in its usual place
+// (insurance between the hotel and the payment): the document of every
+// event type the system may publish (events/asyncapi.yaml).
+func Full() Catalogue {
+	c, err := Default.WithSteps([]string{"hotel", "insurance", "payment", "car"})
+	if err != nil {
+		panic(err) // a declaration error in this file, caught by its test
+	}
+	return c
+}
+
+// Saga returns the catalogue's compensable steps and its pivot, in saga
+// order (the forward-only steps after the pivot left out).
+func (c Catalogue) Saga() []Step {
+	var out []Step
+	for _, s := range c.Steps {
+		if s.Class != ForwardOnly {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Services returns every service that owns a step or a projection of c,
+// each once, in declaration order ("hotel", "payment", "car", "trips",
+// "reconciler").
+func (c Catalogue) Services() []string {
+	var out []string
+	add := func(s string) {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	for _, s := range c.Steps {
+		add(s.Service)
+	}
+	for _, p := range c.Projections {
+		add(p.Service)
+	}
+	return out
+}
+
+// Done returns the event type announcing that step s is done: the first
+// of its Publishes (the one the next step is triggered by).
+func (s Step) Done() string {
+	if len(s.Publishes) == 0 {
+		return ""
+	}
+	return s.Publishes[0]
+}
+
+// endings returns the event types that end step s without it being done
+// (rejected, failed) and that announce its compensation is done: what the
+// step before it is compensated on.
+func (s Step) endings() []string {
+	var out []string
+	if len(s.Publishes) > 1 {
+		out = append(out, s.Publishes[1:]...)
+	}
+	if s.Compensation != nil {
+		out = append(out, s.Compensation.Publishes...)
+	}
+	return out
+}
+
+// events returns every event type step s publishes, its compensation's included.
+func (s Step) events() []string {
+	out := slices.Clone(s.Publishes)
+	if s.Compensation != nil {
+		out = append(out, s.Compensation.Publishes...)
+	}
+	return out
+}
+
+// clone returns a deep copy of s.
+func (s Step) clone() Step {
+	s.Trigger = slices.Clone(s.Trigger)
+	s.Publishes = slices.Clone(s.Publishes)
+	if s.Compensation != nil {
+		comp := *s.Compensation
+		comp.Trigger = slices.Clone(comp.Trigger)
+		comp.Publishes = slices.Clone(comp.Publishes)
+		s.Compensation = &comp
+	}
+	return s
+}
+
+// replace returns ts without the types in old, then with the types in new
+// that it lacks: a trigger list rewired from one neighbour to another,
+// keeping the triggers that do not come from the chain.
+func replace(ts, old, new []string) []string {
+	out := slices.DeleteFunc(slices.Clone(ts), func(t string) bool { return slices.Contains(old, t) })
+	for _, t := range new {
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// WithSteps returns c with its saga steps (compensable steps and the
+// pivot) in order, which names each of c's saga steps once and may add
+// [Optional] ones; the forward-only steps stay after the pivot. The chain
+// is rewired: each step is triggered by the done event (see [Step.Done])
+// of the one before it (the first by trip.requested), and each
+// compensation by the next step's endings (rejected, failed) and its
+// compensation's event. An added step's event types are declared, and
+// every projection that follows all of each of c's saga steps' events
+// follows its events too. The result is checked with [Catalogue.Validate].
+//
+// The error wraps [ErrInvalidCatalogue] and names the step for: an
+// unknown or repeated step, one of c's steps left out, and a compensable
+// step placed after the pivot (after the pivot a trip only goes forward).
+func (c Catalogue) WithSteps(order []string) (Catalogue, error) {
+	base := c.Saga()
+	pool := map[string]Step{}
+	known := []string{}
+	for _, s := range base {
+		pool[s.Name] = s
+		known = append(known, s.Name)
+	}
+	optTypes := map[string][]EventType{}
+	for _, o := range Optional {
+		if _, ok := pool[o.Step.Name]; !ok {
+			pool[o.Step.Name] = o.Step
+			optTypes[o.Step.Name] = o.Types
+			known = append(known, o.Step.Name)
+		}
+	}
+	list := strings.Join(order, ",")
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s=%s: "+format, append([]any{ErrInvalidCatalogue, StepsVar, list}, args...)...)
+	}
+	pivot := ""
+	for i, name := range order {
+		s, ok := pool[name]
+		switch {
+		case !ok:
+			return Catalogue{}, bad("unknown step %q (want some of %s)", name, strings.Join(known, ", "))
+		case slices.Contains(order[:i], name):
+			return Catalogue{}, bad("step %s named twice", name)
+		case s.Class == Pivot:
+			pivot = name
+		case pivot != "":
+			return Catalogue{}, bad("%s step %s comes after the pivot %s: after the pivot a trip only goes forward, so put %s before %s",
+				s.Class, name, pivot, name, pivot)
+		}
+	}
+	for _, s := range base {
+		if !slices.Contains(order, s.Name) {
+			return Catalogue{}, bad("step %s is missing (only %s may be left out)", s.Name, strings.Join(slices.Sorted(maps.Keys(optTypes)), ", "))
+		}
+	}
+
+	out := c // what the steps do not touch is kept as it is
+	out.Types = slices.Clone(c.Types)
+	out.Projections = nil
+	steps := make([]Step, len(order))
+	for i, name := range order {
+		steps[i] = pool[name].clone()
+	}
+	for i := range steps {
+		s := &steps[i]
+		// Its trigger: whatever chain event triggered it before, replaced by
+		// the done event of the step now before it.
+		prev := TripRequested
+		if i > 0 {
+			prev = steps[i-1].Done()
+		}
+		s.Trigger = replace(s.Trigger, chainDone(pool), []string{prev})
+		if s.Compensation != nil && i+1 < len(steps) {
+			s.Compensation.Trigger = replace(s.Compensation.Trigger, chainEndings(pool), pool[order[i+1]].endings())
+		}
+		for _, t := range optTypes[s.Name] {
+			if _, ok := out.Lookup(t.Type); !ok {
+				out.Types = append(out.Types, t)
+			}
+		}
+	}
+	for _, s := range c.Steps {
+		if s.Class == ForwardOnly {
+			steps = append(steps, s.clone())
+		}
+	}
+	out.Steps = steps
+	for _, p := range c.Projections {
+		p.Consumes = slices.Clone(p.Consumes)
+		p.Publishes = slices.Clone(p.Publishes)
+		followsAll := len(base) > 0
+		for _, s := range base {
+			for _, t := range s.events() {
+				followsAll = followsAll && slices.Contains(p.Consumes, t)
+			}
+		}
+		if followsAll {
+			for _, name := range order {
+				if _, added := optTypes[name]; added {
+					p.Consumes = replace(p.Consumes, nil, pool[name].events())
+				}
+			}
+		}
+		out.Projections = append(out.Projections, p)
+	}
+	if err := out.Validate(); err != nil {
+		return Catalogue{}, fmt.Errorf("%s=%s: %w", StepsVar, list, err)
+	}
+	return out, nil
+}
+
+// chainDone returns every step's done event: the triggers a rewiring replaces.
+func chainDone(pool map[string]Step) []string {
+	out := []string{TripRequested}
+	for _, s := range pool {
+		out = append(out, s.Done())
+	}
+	return out
+}
+
+// chainEndings returns every step's endings: the compensation triggers a
+// rewiring replaces.
+func chainEndings(pool map[string]Step) []string {
+	var out []string
+	for _, s := range pool {
+		out = append(out, s.endings()...)
+	}
+	return out
+}
+
+// ParseSteps returns [Default] arranged by a STEPS value ("hotel,insurance,
+// payment,car", spaces around names allowed); "" is Default itself. The
+// error names STEPS and the step at fault (see [Catalogue.WithSteps]).
+func ParseSteps(v string) (Catalogue, error) {
+	if strings.TrimSpace(v) == "" {
+		return Default, nil
+	}
+	var order []string
+	for n := range strings.SplitSeq(v, ",") {
+		order = append(order, strings.TrimSpace(n))
+	}
+	return Default.WithSteps(order)
+}
+
+// FromEnv returns the catalogue the environment's STEPS selects (see
+// [ParseSteps]). Every process checks it at start (app.EnvFromOS) and
+// refuses to start on an error.
+func FromEnv() (Catalogue, error) { return ParseSteps(os.Getenv(StepsVar)) }
+
+var selected struct { //nolint:gochecknoglobals // cache of FromEnv by the STEPS value
+	sync.Mutex
+	v   string
+	c   Catalogue
+	set bool
+}
+
+// Selected returns the catalogue of this process: [FromEnv], read again
+// whenever STEPS changes. It panics on an invalid STEPS, which a process
+// has refused at start (app.EnvFromOS) and a test must not set.
+func Selected() Catalogue {
+	v := os.Getenv(StepsVar)
+	selected.Lock()
+	defer selected.Unlock()
+	if !selected.set || selected.v != v {
+		c, err := ParseSteps(v)
+		if err != nil {
+			panic(err)
+		}
+		selected.v, selected.c, selected.set = v, c, true
+	}
+	return selected.c
+}

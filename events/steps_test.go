@@ -1,0 +1,95 @@
+package events
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// With the default order, the rewired catalogue is Default itself: with
+// the insurance step off nothing changes.
+func TestWithStepsDefaultOrderIsDefault(t *testing.T) {
+	for _, v := range []string{"", "hotel,payment,car", " hotel , payment,car "} {
+		c, err := ParseSteps(v)
+		require.NoError(t, err, v)
+		require.Equal(t, Default, c, v)
+	}
+}
+
+func TestWithStepsInsurance(t *testing.T) {
+	c, err := ParseSteps("hotel,insurance,payment,car")
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+	require.Equal(t, Full(), c)
+
+	names := []string{}
+	for _, s := range c.Steps {
+		names = append(names, s.Name)
+	}
+	require.Equal(t, []string{"hotel", "insurance", "payment", "car", "confirm", "mail"}, names)
+
+	hotel, _ := c.Step("hotel")
+	require.Equal(t, []string{TripRequested}, hotel.Trigger)
+	require.Equal(t, []string{InsuranceRejected, InsuranceFailed, InsuranceCanceled}, hotel.Compensation.Trigger,
+		"the hold is released once the insurance step ended without a policy or its policy is canceled")
+	ins, _ := c.Step("insurance")
+	require.Equal(t, []string{HotelHeld}, ins.Trigger)
+	require.Equal(t, []string{PaymentDeclined, PaymentFailed, PaymentRefunded}, ins.Compensation.Trigger)
+	pay, _ := c.Step("payment")
+	require.Equal(t, []string{InsuranceBought}, pay.Trigger, "the payment follows the policy, not the hold")
+	require.Equal(t, []string{CarRejected, CarFailed}, pay.Compensation.Trigger)
+
+	require.Equal(t, []string{"insurance.>"}, c.StreamSubjects()[StreamInsurance])
+	require.Subset(t, c.Consumes("insurance"), []string{HotelHeld, PaymentDeclined, PaymentFailed, PaymentRefunded})
+	require.Subset(t, c.Consumes("payment"), []string{InsuranceBought, CarRejected, CarFailed})
+	require.NotContains(t, c.Consumes("payment"), HotelHeld)
+	for _, p := range c.Projections {
+		for _, typ := range []string{InsuranceBought, InsuranceRejected, InsuranceFailed, InsuranceCanceled} {
+			require.Contains(t, p.Consumes, typ, "projection %s", p.Name)
+		}
+	}
+	require.Contains(t, c.Services(), "insurance")
+	require.NotContains(t, Default.Services(), "insurance")
+	_, ok := Default.Lookup(InsuranceBought)
+	require.False(t, ok, "with the step off its types are not declared (no INSURANCE stream)")
+}
+
+// The order may also put the insurance first: the chain follows.
+func TestWithStepsInsuranceFirst(t *testing.T) {
+	c, err := ParseSteps("insurance,hotel,payment,car")
+	require.NoError(t, err)
+	ins, _ := c.Step("insurance")
+	require.Equal(t, []string{TripRequested}, ins.Trigger)
+	require.Equal(t, []string{HotelRejected, HotelFailed, HotelReleased}, ins.Compensation.Trigger)
+	hotel, _ := c.Step("hotel")
+	require.Equal(t, []string{InsuranceBought}, hotel.Trigger)
+	require.Equal(t, []string{PaymentDeclined, PaymentFailed, PaymentRefunded}, hotel.Compensation.Trigger)
+}
+
+func TestWithStepsRefuses(t *testing.T) {
+	cases := map[string]string{
+		"hotel,payment,car,insurance":  "STEPS=hotel,payment,car,insurance: compensable step insurance comes after the pivot car",
+		"hotel,car,payment":            "compensable step payment comes after the pivot car",
+		"hotel,insurance,payment":      "step car is missing",
+		"hotel,payment,car,spa":        `unknown step "spa"`,
+		"hotel,hotel,payment,car":      "step hotel named twice",
+		"hotel,insurance,payment,car,": `unknown step ""`,
+	}
+	for v, want := range cases {
+		t.Run(v, func(t *testing.T) {
+			_, err := ParseSteps(v)
+			require.ErrorIs(t, err, ErrInvalidCatalogue)
+			require.ErrorContains(t, err, want)
+		})
+	}
+}
+
+func TestSelectedFollowsSTEPS(t *testing.T) {
+	require.Equal(t, Default, Selected())
+	t.Setenv(StepsVar, "hotel,insurance,payment,car")
+	require.Equal(t, Full(), Selected())
+	t.Setenv(StepsVar, "hotel,payment,car,insurance")
+	_, err := FromEnv()
+	require.ErrorContains(t, err, "insurance comes after the pivot")
+	require.Panics(t, func() { Selected() })
+}
