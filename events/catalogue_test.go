@@ -63,10 +63,19 @@ func TestCatalogueRejects(t *testing.T) {
 }
 
 func TestConsumesAndStreams(t *testing.T) {
-	require.ElementsMatch(t, []string{TripRequested, PaymentDeclined, PaymentFailed, PaymentRefunded}, Default.Consumes("hotel"))
+	require.ElementsMatch(t, []string{TripRequested, PaymentDeclined, PaymentFailed, PaymentRefunded, OperatorAction}, Default.Consumes("hotel"))
 	require.Equal(t, map[string][]string{
-		StreamTrips:   {"trip.requested.>"},
-		StreamPayment: {"payment.declined.>", "payment.failed.>", "payment.refunded.>"},
+		StreamTrips:    {"trip.requested.>"},
+		StreamPayment:  {"payment.declined.>", "payment.failed.>", "payment.refunded.>"},
+		StreamOperator: {"operator.action.>"},
 	}, Default.Streams(Default.Consumes("hotel")))
+	require.NotContains(t, Default.Consumes("trips"), OperatorAction)
+	require.Equal(t, []string{"operator.>"}, Default.StreamSubjects()[StreamOperator])
 	require.Equal(t, []string{"trip.>", "mail.>"}, Default.StreamSubjects()[StreamTrips])
+}
+
+func TestPublishes(t *testing.T) {
+	require.ElementsMatch(t, []string{HotelHeld, HotelRejected, HotelFailed, HotelReleased}, Default.Publishes("hotel"))
+	require.ElementsMatch(t, []string{OperatorAction}, Default.Publishes("reconciler"))
+	require.ElementsMatch(t, []string{TripRequested, TripConfirmed, TripCanceled, MailSent}, Default.Publishes("trips"))
 }

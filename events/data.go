@@ -9,9 +9,11 @@ import "reflect"
 
 // dataTypes maps the names [EventType.Data] may use to their Go types.
 var dataTypes = map[string]reflect.Type{ //nolint:gochecknoglobals // read-only table
-	"TripRequestedData": reflect.TypeFor[TripRequestedData](),
-	"StepData":          reflect.TypeFor[StepData](),
-	"TripSettledData":   reflect.TypeFor[TripSettledData](),
+	"TripRequestedData":  reflect.TypeFor[TripRequestedData](),
+	"StepData":           reflect.TypeFor[StepData](),
+	"TripSettledData":    reflect.TypeFor[TripSettledData](),
+	"CancellationData":   reflect.TypeFor[CancellationData](),
+	"OperatorActionData": reflect.TypeFor[OperatorActionData](),
 }
 
 // DataType returns the Go type an [EventType.Data] name stands for, and

@@ -203,6 +203,9 @@ func publishers(c events.Catalogue, typ string) []string {
 			out = append(out, "published by projection "+p.Name+" once it has seen the trip settle")
 		}
 	}
+	if c.Operator.Type == typ && c.Operator.Publisher != "" {
+		out = append(out, "published by the "+c.Operator.Publisher+"'s API (POST /api/actions, or the tripsaga CLI) when an operator asks for an action, with the operator's Idempotency-Key")
+	}
 	if len(out) == 0 && typ == events.TripRequested {
 		out = append(out, "published by the trips API when it accepts a POST /trips")
 	}
@@ -242,6 +245,11 @@ func consumers(c events.Catalogue, typ string) []string {
 			set[p.Service] = true
 		}
 	}
+	if c.Operator.Type == typ {
+		for _, svc := range c.Operator.Consumers {
+			set[svc] = true
+		}
+	}
 	return sortedKeys(set)
 }
 
@@ -263,6 +271,9 @@ func roles(c events.Catalogue, svc, typ string) []string {
 		if p.Service == svc && slices.Contains(p.Consumes, typ) {
 			out = append(out, "followed by projection "+p.Name)
 		}
+	}
+	if c.Operator.Type == typ && slices.Contains(c.Operator.Consumers, svc) {
+		out = append(out, "carries out the operators' actions that name "+svc)
 	}
 	return out
 }
@@ -392,6 +403,9 @@ func example(c events.Catalogue, et events.EventType, i int) (*yaml.Node, error)
 	case "TripSettledData":
 		kind := events.Kind(et.Type)
 		data = events.TripSettledData{TripID: trip, Status: kind[strings.LastIndexByte(kind, '.')+1:], Traveler: req.Traveler}
+	case "OperatorActionData":
+		data = events.OperatorActionData{Action: events.ActionRetryUndo, TripID: trip, Service: "payment",
+			Reason: "card processor back after its outage", Operator: "ada@ops.example", IdempotencyKey: "op-3f2a9c"}
 	default:
 		return nil, fmt.Errorf("asyncapi: no example for data type %s", et.Data)
 	}

@@ -175,6 +175,10 @@ func TestEventsAsTheServicesMakeThemValidate(t *testing.T) {
 		{"trips", events.TripConfirmed, events.TripSettledData{TripID: trip, Status: "confirmed", Traveler: req.Traveler}},
 		{"trips", events.TripCanceled, events.TripSettledData{TripID: trip, Status: "canceled", Reason: "car sold out", Traveler: req.Traveler}},
 		{"trips", events.MailSent, step("mail", "mail:confirmed", false, "M-1", "")},
+		{"reconciler", events.OperatorAction, events.OperatorActionData{Action: events.ActionRedrive, TripID: trip, Service: "payment",
+			Reason: "handler fixed", Operator: "ada", IdempotencyKey: "k-1", DeadLetter: &events.ParkedEvent{
+				Seq: 3, Stream: "HOTEL", StreamSeq: 9, Subject: "hotel.held." + trip, Consumer: "payment", Reason: "still failing",
+				Headers: map[string][]string{"ce-id": {"01KF0FV2E00W3GE1R70W3GE1R7"}}, Data: []byte(`{"trip_id":"` + trip + `"}`)}}},
 	}
 	seen := map[string]bool{}
 	for _, c := range cases {

@@ -125,6 +125,30 @@ var fields = map[string]map[string]field{ //nolint:gochecknoglobals // read-only
 		"reason":   {desc: "Why the trip was canceled, in words; absent when it was confirmed.", apply: nonEmpty},
 		"traveler": {desc: "Who travels, to be told."},
 	},
+	"OperatorActionData": {
+		"": {desc: "Data of io.tripsaga.operator.action.v1: who (operator) asked for what (action, about trip_id, carried out by service) and why (reason); when is the event's ce-time."},
+		"action": {desc: "What is asked: retry_undo (call the undo now, lifting a pause), pause and resume (the trip's company calls at the service), resolve (close incidents with the reason), redrive (hand dead_letter to the consumer that parked it), undo_leak (undo by key a company record found in force that should not be).", apply: func(s *jsonschema.Schema) {
+			s.Enum = []any{"retry_undo", "pause", "resume", "resolve", "redrive", "undo_leak"}
+		}},
+		"trip_id":         {desc: "The trip the action is about, the event's ce-subject.", apply: nonEmpty},
+		"service":         {desc: "The service that carries the action out (hotel, payment, car; the consumer that parked a re-driven event).", apply: nonEmpty},
+		"incident":        {desc: "The incident kind to resolve (compensation_stuck...); absent resolves every open incident of the trip at the service.", apply: nonEmpty},
+		"reason":          {desc: "Why, in the operator's words.", apply: nonEmpty},
+		"operator":        {desc: "Who asked (a name or an email).", apply: nonEmpty},
+		"idempotency_key": {desc: "The Idempotency-Key the action was asked with; a second request with it gets this event back and acts once.", apply: nonEmpty},
+		"dead_letter":     {desc: "The parked event to re-drive (redrive only)."},
+	},
+	"ParkedEvent": {
+		"":           {desc: "A message an inbox parked on the DEADLETTER stream, with its original headers and body."},
+		"seq":        {desc: "Its sequence in the DEADLETTER stream."},
+		"stream":     {desc: "The stream it was consumed from.", apply: nonEmpty},
+		"stream_seq": {desc: "Its sequence in that stream."},
+		"subject":    {desc: "Its NATS subject there.", apply: nonEmpty},
+		"consumer":   {desc: "The durable consumer (and inbox) that parked it, and the only one it is re-driven to.", apply: nonEmpty},
+		"reason":     {desc: "Why it was parked.", apply: nonEmpty},
+		"headers":    {desc: "Its original NATS headers (CloudEvents ce-* headers)."},
+		"data":       {desc: "Its original body, base64."},
+	},
 }
 
 // dataSchemas reflects the Go data types of the catalogue's event types
