@@ -378,7 +378,7 @@ func str(m map[string]any, k string) string {
 // Create POSTs body to /<Resource> with the Idempotency-Key key. A deciding
 // answer is a Result: Done for a 200/201/202 that names key, the id field
 // and the status word [Client.ActiveStatus] (and echoes [Client.Echo]);
-// Rejected for 409 (sold out), 402 (declined) and 422 (refused), the
+// Rejected for 409 (sold out; the insurer's rejected), 402 (declined) and 422 (refused), the
 // business answers of providers.md. Anything else is an error wrapping
 // [ErrUnknownOutcome]: a [*CredentialsError] for 401/403, a
 // [*MismatchError] for a 2xx about another key or amount, a plain one for
@@ -412,6 +412,12 @@ func (c *Client) Create(ctx context.Context, key string, body any) (res Result, 
 		r.Outcome = Done
 	case http.StatusConflict:
 		r.Outcome, r.Reason = Rejected, "sold out"
+		if r.Status == "rejected" { // the insurer: {"status":"rejected","reason"}
+			r.Reason = "insurance rejected"
+			if why := str(a.body, "reason"); why != "" {
+				r.Reason += ": " + why
+			}
+		}
 	case http.StatusPaymentRequired:
 		r.Outcome, r.Reason = Rejected, "card declined"
 		if why := str(a.body, "reason"); why != "" && why != r.Reason {
@@ -636,6 +642,15 @@ func Cars(baseURL string) *Client {
 	return &Client{
 		Company: "cars", BaseURL: baseURL, Resource: "bookings", IDField: "booking_id", UndoVerb: "cancel",
 		ActiveStatus: "booked", UndoneStatus: "canceled", Statuses: []string{"booked", "canceled"},
+	}
+}
+
+// Insurer returns the client of the travel insurer ($INSURER_URL), the
+// company of the optional insurance step.
+func Insurer(baseURL string) *Client {
+	return &Client{
+		Company: "insurer", BaseURL: baseURL, Resource: "policies", IDField: "policy_id", UndoVerb: "cancel",
+		ActiveStatus: "active", UndoneStatus: "canceled", Statuses: []string{"active", "canceled"},
 	}
 }
 

@@ -266,8 +266,9 @@ func (r *Reconciler) Findings(ctx context.Context, all bool) ([]Finding, error) 
 // Run runs the reconciler process (tripsaga serve reconciler): schema
 // "reconciler", the projection, the sweep and the dashboard, configured by
 // NATS_URL, DATABASE_URL, HTTP_ADDR, HOTEL_URL, PAYMENTS_URL, CARS_URL,
-// RECONCILE_INTERVAL_MS (default 10000) and STUCK_AFTER_MS (default
-// 120000).
+// RECONCILE_INTERVAL_MS (default 10000), STUCK_AFTER_MS (default
+// 120000) and OPERATOR_TOKEN (the bearer token of operators' actions;
+// unset, actions are disabled).
 func Run(ctx context.Context, env app.Env) error {
 	if err := env.Require("NATS_URL", "DATABASE_URL", "HTTP_ADDR", "HOTEL_URL", "PAYMENTS_URL", "CARS_URL"); err != nil {
 		return fmt.Errorf("reconciler: %w", err)
@@ -297,8 +298,14 @@ func Run(ctx context.Context, env app.Env) error {
 		return err
 	}
 	r.Register(p.Mux)
+	op, err := NewOperator(OperatorConfig{Reconciler: r, Token: os.Getenv(OperatorTokenEnv), Registerer: p.Registry, Logger: p.Log})
+	if err != nil {
+		return err
+	}
+	op.Register(p.Mux)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.Serve(ctx) })
+	g.Go(func() error { return op.Run(ctx) })
 	g.Go(func() error { return r.Run(ctx, p.SetReady) })
 	return g.Wait()
 }

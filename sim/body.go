@@ -198,6 +198,16 @@ func (v *validator) date(path string) (time.Time, bool) {
 	return t, true
 }
 
+// dateRange requires dates YYYY-MM-DD at from and to, to not before from
+// (a car's pickup and return, a policy's start and end).
+func (v *validator) dateRange(from, to string) {
+	start, okFrom := v.date(from)
+	end, okTo := v.date(to)
+	if okFrom && okTo && end.Before(start) {
+		v.fail(to, "must not be before %s", from)
+	}
+}
+
 // positiveInt requires an integer of at least 1 at path.
 func (v *validator) positiveInt(path string) {
 	raw, ok := lookup(v.m, path)

@@ -29,6 +29,8 @@ const maxKeyLen = 255
 
 const declineReason = "card declined"
 
+const rejectReason = "risk not insurable"
+
 // spec describes one company: its resource, its operations and its rules.
 type spec struct {
 	name          string // path prefix without the slash: hotel
@@ -42,10 +44,20 @@ type spec struct {
 	undoOp        string // release; empty: no undo (mail)
 	undoVerb      string // path verb: /holds/{key}/release
 	undoneStatus  string // released
-	statuses      []string
+	moreStatuses  []string // status words beyond created and undone: declined
 	validate      func(v *validator)
 	cards         bool // card processor: declines, statements, refund ids
 	shortAnswer   bool // mail: POST answers only key, id and status
+}
+
+// statuses returns the status words of the company's records: created,
+// undone (if it can undo), then moreStatuses.
+func (sp *spec) statuses() []string {
+	out := []string{sp.createdStatus}
+	if sp.undoneStatus != "" {
+		out = append(out, sp.undoneStatus)
+	}
+	return append(out, sp.moreStatuses...)
 }
 
 func (sp *spec) ops() []string {
@@ -62,7 +74,6 @@ func specs() []*spec {
 			idField: "hold_id", idPrefix: "H-",
 			createOp: OpHold, createdStatus: "held", createCode: http.StatusCreated,
 			undoOp: OpRelease, undoVerb: "release", undoneStatus: "released",
-			statuses: []string{"held", "released"},
 			validate: func(v *validator) {
 				v.str("trip_id")
 				v.str("property_id")
@@ -77,7 +88,7 @@ func specs() []*spec {
 			idField: "charge_id", idPrefix: "C-",
 			createOp: OpCharge, createdStatus: "charged", createCode: http.StatusCreated,
 			undoOp: OpRefund, undoVerb: "refund", undoneStatus: "refunded",
-			statuses: []string{"charged", "refunded", "declined"},
+			moreStatuses: []string{"declined"},
 			cards:    true,
 			validate: func(v *validator) {
 				v.str("trip_id")
@@ -91,24 +102,32 @@ func specs() []*spec {
 			idField: "booking_id", idPrefix: "B-",
 			createOp: OpBook, createdStatus: "booked", createCode: http.StatusCreated,
 			undoOp: OpCancel, undoVerb: "cancel", undoneStatus: "canceled",
-			statuses: []string{"booked", "canceled"},
 			validate: func(v *validator) {
 				v.str("trip_id")
 				v.str("car_class")
-				pickup, okP := v.date("pickup")
-				ret, okR := v.date("return")
-				if okP && okR && ret.Before(pickup) {
-					v.fail("return", "must not be before pickup")
-				}
+				v.dateRange("pickup", "return")
 				v.str("driver.name")
 				v.email("driver.email")
+			},
+		},
+		{
+			name: "insurer", schema: "sim_insurer", collection: "policies",
+			idField: "policy_id", idPrefix: "I-",
+			createOp: OpInsure, createdStatus: "active", createCode: http.StatusCreated,
+			undoOp: OpVoid, undoVerb: "cancel", undoneStatus: "canceled",
+			validate: func(v *validator) {
+				v.dateRange("start", "end")
+				v.str("trip_id")
+				v.str("traveler.name")
+				v.email("traveler.email")
+				v.positiveInt("trip_cost_cents")
+				v.currency("currency")
 			},
 		},
 		{
 			name: "mail", schema: "sim_mail", collection: "messages",
 			idField: "message_id", idPrefix: "M-",
 			createOp: OpMessage, createdStatus: "queued", createCode: http.StatusAccepted,
-			statuses:    []string{"queued"},
 			shortAnswer: true,
 			validate: func(v *validator) {
 				v.email("to")
@@ -239,6 +258,8 @@ func (c *company) execute(ctx context.Context, tx storeTx, key string, req map[s
 	switch {
 	case decision != nil && decision.Fault == FaultSoldOut:
 		return jsonAnswer(http.StatusConflict, map[string]string{"status": "sold_out"}), nil
+	case decision != nil && decision.Fault == FaultRejected:
+		return jsonAnswer(http.StatusConflict, map[string]string{"status": "rejected", "reason": rejectReason}), nil
 	case decision != nil && decision.Fault == FaultDeclined:
 		params.Status = "declined"
 		params.Reason = ptr(declineReason)
@@ -429,8 +450,8 @@ func (c *company) handleList(w http.ResponseWriter, r *http.Request) {
 		params.AfterSeq = n
 	}
 	if s := qv.Get("status"); s != "" {
-		if !slices.Contains(c.sp.statuses, s) {
-			writeError(w, http.StatusUnprocessableEntity, fmt.Sprintf("status: want one of %v, got %q", c.sp.statuses, s))
+		if !slices.Contains(c.sp.statuses(), s) {
+			writeError(w, http.StatusUnprocessableEntity, fmt.Sprintf("status: want one of %v, got %q", c.sp.statuses(), s))
 			return
 		}
 		params.Status = ptr(s)

@@ -23,6 +23,8 @@ const (
 	OpBook    = "book"    // cars POST /bookings
 	OpCancel  = "cancel"  // cars POST /bookings/{key}/cancel
 	OpMessage = "message" // mail POST /messages
+	OpInsure  = "insure"  // insurer POST /policies
+	OpVoid    = "void"    // insurer POST /policies/{key}/cancel
 )
 
 // Faults a rule injects.
@@ -33,6 +35,10 @@ const (
 	// FaultDeclined answers 402 {"status":"declined","reason":"card declined"}
 	// (op charge). The charge is stored as a record with status declined.
 	FaultDeclined = "declined"
+	// FaultRejected answers 409 {"status":"rejected","reason":"risk not
+	// insurable"} (op insure). The answer is stored as the key's first
+	// answer; no record is made.
+	FaultRejected = "rejected"
 	// FaultFail answers 503 {"error":"unavailable"}; nothing is stored and
 	// nothing happens. With Rule.ForMS it fails for that long, counted from
 	// the first matching request, and then stops applying.
@@ -160,7 +166,9 @@ type ruleWire struct {
 	Chance  float64                    `json:"chance"`
 }
 
-func isBusinessFault(f string) bool { return f == FaultSoldOut || f == FaultDeclined }
+func isBusinessFault(f string) bool {
+	return f == FaultSoldOut || f == FaultDeclined || f == FaultRejected
+}
 
 func (r Rule) delay() time.Duration {
 	if r.DelayMS > 0 {
@@ -187,6 +195,10 @@ func (r Rule) validate(ops []string) error {
 		if r.Op != OpHold && r.Op != OpBook {
 			return fmt.Errorf("fault: sold_out applies to ops hold and book, not %q", r.Op)
 		}
+	case FaultRejected:
+		if r.Op != OpInsure {
+			return fmt.Errorf("fault: rejected applies to op insure, not %q", r.Op)
+		}
 	case FaultDeclined:
 		if r.Op != OpCharge {
 			return fmt.Errorf("fault: declined applies to op charge, not %q", r.Op)
@@ -198,7 +210,7 @@ func (r Rule) validate(ops []string) error {
 	case FaultFail, FaultLoseAnswer, FaultHang, FaultCommitLate, FaultSlowAnswer, FaultRefuse,
 		FaultBadBody, FaultWrongKey, FaultUnknownStatus, FaultUnauthorized:
 	default:
-		return fmt.Errorf("fault: want one of sold_out, declined, fail, lose_answer, hang, commit_late, slow_answer, refuse, "+
+		return fmt.Errorf("fault: want one of sold_out, declined, rejected, fail, lose_answer, hang, commit_late, slow_answer, refuse, "+
 			"bad_body, wrong_key, wrong_amount, unknown_status, unauthorized, got %q", r.Fault)
 	}
 	if r.Reason != "" && r.Fault != FaultRefuse && r.Fault != FaultUnauthorized {

@@ -25,5 +25,6 @@ func TestMemoryStoreContract(t *testing.T) {
 		PaymentsURL: srv.URL + "/payments",
 		CarsURL:     srv.URL + "/cars",
 		MailURL:     srv.URL + "/mail",
+		InsurerURL:  srv.URL + "/insurer",
 	}, providertest.Features{Faults: true, DeclinedCardToken: sim.DeclinedCardToken})
 }

@@ -260,9 +260,10 @@ func (s *suite) testListLimit(t *testing.T) {
 	}
 }
 
-// testSoldOut (hotel, car; Features.Faults): a sold-out answer is 409
-// {"status":"sold_out"}, replayed by key; nothing is held or booked, and
-// undoing the key is a no-op.
+// testSoldOut (hotel, car, insurer; Features.Faults): a sold-out answer
+// is 409 {"status":"sold_out"} (the insurer's rejection 409
+// {"status":"rejected","reason"}), replayed by key; nothing is held,
+// booked or insured, and undoing the key is a no-op.
 func (s *suite) testSoldOut(t *testing.T) {
 	if !s.f.Faults {
 		t.Skip("needs Features.Faults")
@@ -271,12 +272,12 @@ func (s *suite) testSoldOut(t *testing.T) {
 	trip := newTrip()
 	key := s.key(trip)
 	s.addRule(t, map[string]any{
-		"op": s.c.faultOp, "fault": "sold_out", "match": map[string]string{"trip_id": trip}, "times": 1,
+		"op": s.c.faultOp, "fault": s.c.businessFault, "match": map[string]string{"trip_id": trip}, "times": 1,
 	})
 	body := s.c.body(trip, 0)
 	first := s.create(t, key, body)
-	require.Equal(t, http.StatusConflict, first.code, "sold out: %s", first.raw)
-	require.Equal(t, "sold_out", first.body["status"], "status: %s", first.raw)
+	require.Equal(t, s.c.refusedCode, first.code, "%s: %s", s.c.businessFault, first.raw)
+	require.Equal(t, s.c.businessFault, first.body["status"], "status: %s", first.raw)
 	for range 2 {
 		again := s.create(t, key, body)
 		require.Equal(t, first.code, again.code, "replay of sold out: %s", again.raw)

@@ -92,6 +92,25 @@ func cars(base string) company {
 	}
 }
 
+func insurer(base string) company {
+	return company{base: strings.TrimRight(base, "/"), step: "insurance", collection: "policies", idField: "policy_id",
+		created: "active", createCode: http.StatusCreated, undoVerb: "cancel", undone: "canceled",
+		faultOp: "insure", businessFault: "rejected", refusedCode: http.StatusConflict, body: policyBody}
+}
+
+// policyBody is a POST /policies body (providers.md, Travel insurer);
+// variant 1 insures another trip cost.
+func policyBody(trip string, variant int) map[string]any {
+	return map[string]any{
+		"traveler":        map[string]any{"name": "Ada Contract", "email": "ada@example.com"},
+		"trip_id":         trip,
+		"start":           "2031-05-01",
+		"end":             "2031-05-03",
+		"trip_cost_cents": 33000 + variant,
+		"currency":        "EUR",
+	}
+}
+
 func mail(base string) company {
 	return company{
 		base: strings.TrimRight(base, "/"), step: "mail:confirmed",

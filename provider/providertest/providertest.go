@@ -16,7 +16,8 @@
 //		}, providertest.Features{DeclinedCardToken: "tok_declined"})
 //	}
 //
-// [RunHotel], [RunPayments], [RunCars] and [RunMail] check one company.
+// [RunHotel], [RunPayments], [RunCars], [RunMail] and [RunInsurer] check
+// one company.
 //
 // Without writing Go, point this package's own test at an implementation:
 //
@@ -54,6 +55,9 @@ type Companies struct {
 	PaymentsURL string
 	CarsURL     string
 	MailURL     string
+	// InsurerURL is the travel insurer (INSURER_URL), the company of the
+	// optional insurance step.
+	InsurerURL string
 }
 
 // Features are what an implementation promises beyond the contract, and
@@ -84,8 +88,8 @@ type Features struct {
 // RequestTimeoutDefault is the default of [Features.RequestTimeout].
 const RequestTimeoutDefault = 15 * time.Second
 
-// Run checks all four companies, each in a parallel subtest named after it
-// (Hotel, Payments, Cars, Mail). A company with an empty URL is skipped.
+// Run checks all five companies, each in a parallel subtest named after it
+// (Hotel, Payments, Cars, Mail, Insurer). A company with an empty URL is skipped.
 func Run(t *testing.T, c Companies, f Features) {
 	t.Helper()
 	for _, co := range []struct {
@@ -97,6 +101,7 @@ func Run(t *testing.T, c Companies, f Features) {
 		{"Payments", c.PaymentsURL, RunPayments},
 		{"Cars", c.CarsURL, RunCars},
 		{"Mail", c.MailURL, RunMail},
+		{"Insurer", c.InsurerURL, RunInsurer},
 	} {
 		t.Run(co.name, func(t *testing.T) {
 			if co.url == "" {
@@ -112,10 +117,7 @@ func Run(t *testing.T, c Companies, f Features) {
 // sold out with [Features.Faults]).
 func RunHotel(t *testing.T, baseURL string, f Features) {
 	t.Helper()
-	s := newSuite(t, hotel(baseURL), f)
-	s.runCommon(t)
-	s.runUndoable(t)
-	t.Run("SoldOutIsReplayedByKey", s.testSoldOut)
+	runRefusing(t, hotel(baseURL), f, "SoldOutIsReplayedByKey")
 }
 
 // RunPayments checks the card processor at baseURL (POST /charges, refund,
@@ -136,10 +138,25 @@ func RunPayments(t *testing.T, baseURL string, f Features) {
 // lists; sold out with [Features.Faults]).
 func RunCars(t *testing.T, baseURL string, f Features) {
 	t.Helper()
-	s := newSuite(t, cars(baseURL), f)
+	runRefusing(t, cars(baseURL), f, "SoldOutIsReplayedByKey")
+}
+
+// RunInsurer checks the travel insurer at baseURL (POST /policies, cancel,
+// GET, lists; a rejection with [Features.Faults]).
+func RunInsurer(t *testing.T, baseURL string, f Features) {
+	t.Helper()
+	runRefusing(t, insurer(baseURL), f, "RejectionIsReplayedByKey")
+}
+
+// runRefusing checks a company that can undo and whose refusal is a 409
+// fault rule (hotel, car firm, insurer): the common and undoable
+// behaviours, and its refusal replayed by key in the subtest named refusal.
+func runRefusing(t *testing.T, c company, f Features, refusal string) {
+	t.Helper()
+	s := newSuite(t, c, f)
 	s.runCommon(t)
 	s.runUndoable(t)
-	t.Run("SoldOutIsReplayedByKey", s.testSoldOut)
+	t.Run(refusal, s.testSoldOut)
 }
 
 // RunMail checks the mail relay at baseURL (POST /messages, GET,

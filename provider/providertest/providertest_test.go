@@ -31,6 +31,7 @@ var (
 	paymentsURL = flag.String("payments-url", "", "external mode: base URL of the card processor (else $PAYMENTS_URL)")
 	carsURL     = flag.String("cars-url", "", "external mode: base URL of the car firm (else $CARS_URL)")
 	mailURL     = flag.String("mail-url", "", "external mode: base URL of the mail relay (else $MAIL_URL)")
+	insurerURL  = flag.String("insurer-url", "", "external mode: base URL of the travel insurer (else $INSURER_URL)")
 	faults      = flag.Bool("faults", false, "external mode: the companies accept fault rules at POST <base>/_faults (else CONTRACT_FAULTS=1)")
 	declined    = flag.String("declined-card-token", "", "external mode: a card token always declined (else $CONTRACT_DECLINED_CARD_TOKEN)")
 	cardToken   = flag.String("card-token", "", "external mode: the card token of charges that succeed; empty: a fresh one per test (else $CONTRACT_CARD_TOKEN)")
@@ -51,13 +52,14 @@ func external() (providertest.Companies, providertest.Features, bool) {
 		PaymentsURL: pick(*paymentsURL, "PAYMENTS_URL"),
 		CarsURL:     pick(*carsURL, "CARS_URL"),
 		MailURL:     pick(*mailURL, "MAIL_URL"),
+		InsurerURL:  pick(*insurerURL, "INSURER_URL"),
 	}
 	f := providertest.Features{
 		Faults:            *faults || (env && os.Getenv("CONTRACT_FAULTS") == "1"),
 		DeclinedCardToken: pick(*declined, "CONTRACT_DECLINED_CARD_TOKEN"),
 		CardToken:         pick(*cardToken, "CONTRACT_CARD_TOKEN"),
 	}
-	on := env || *hotelURL != "" || *paymentsURL != "" || *carsURL != "" || *mailURL != ""
+	on := env || *hotelURL != "" || *paymentsURL != "" || *carsURL != "" || *mailURL != "" || *insurerURL != ""
 	return c, f, on
 }
 
@@ -77,6 +79,7 @@ func TestSimulators(t *testing.T) {
 		PaymentsURL: srv.URL + "/payments",
 		CarsURL:     srv.URL + "/cars",
 		MailURL:     srv.URL + "/mail",
+		InsurerURL:  srv.URL + "/insurer",
 	}, providertest.Features{
 		Faults:            true,
 		DeclinedCardToken: sim.DeclinedCardToken,

@@ -6,6 +6,8 @@ package dbsqlc
 
 import (
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type Finding struct {
@@ -44,6 +46,20 @@ type Incident struct {
 	LastError  string
 	RaisedAt   time.Time
 	ResolvedAt *time.Time
+}
+
+type OperatorAction struct {
+	EventID        string
+	IdempotencyKey string
+	Fingerprint    string
+	Action         string
+	TripID         string
+	Service        string
+	Operator       string
+	Reason         string
+	DeadletterSeq  pgtype.Int8
+	Event          []byte
+	CreatedAt      time.Time
 }
 
 type Outbox struct {

@@ -1,0 +1,480 @@
+package reconciler
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
+)
+
+// OperatorTokenEnv names the environment variable holding the bearer token
+// that operators' actions need (POST /api/actions). Unset, actions are
+// disabled (503); reading never needs it.
+const OperatorTokenEnv = "OPERATOR_TOKEN"
+
+// Limits of an action request.
+const (
+	// MaxIdempotencyKeyChars bounds the Idempotency-Key header of an action.
+	MaxIdempotencyKeyChars = 200
+	// MaxOperatorChars bounds the operator's name; MaxReasonChars the reason.
+	MaxOperatorChars = 200
+	MaxReasonChars   = 2000
+	// maxActionBody bounds the request body, in bytes.
+	maxActionBody = 64 << 10
+)
+
+// ProblemUnauthorized, ProblemActionsDisabled and ProblemConflict are the
+// problem types of the actions API besides app's.
+const (
+	ProblemUnauthorized    = "https://tripsaga.io/problems/unauthorized"
+	ProblemActionsDisabled = "https://tripsaga.io/problems/actions-disabled"
+	ProblemConflict        = "https://tripsaga.io/problems/conflict"
+)
+
+// ActionRequest is the body of POST /api/actions.
+type ActionRequest struct {
+	// Action is one of events.OperatorActions.
+	Action string `json:"action"`
+	// Trip and Service say which trip and which service (hotel, payment,
+	// car); a redrive takes both from its dead letter.
+	Trip    string `json:"trip,omitempty"`
+	Service string `json:"service,omitempty"`
+	// Incident is the incident kind to resolve (resolve only; empty
+	// resolves every open incident of the trip at Service).
+	Incident string `json:"incident,omitempty"`
+	// DeadLetterSeq is the DEADLETTER sequence to re-drive (redrive only).
+	DeadLetterSeq uint64 `json:"deadletter_seq,omitempty"`
+	// Reason (why) and Operator (who) are required.
+	Reason   string `json:"reason"`
+	Operator string `json:"operator"`
+}
+
+// OperatorConfig configures an [Operator].
+type OperatorConfig struct {
+	// Reconciler whose pool, JetStream and projection inboxes it uses.
+	// Required.
+	Reconciler *Reconciler
+	// Token is the bearer token actions need; "" disables them (503).
+	Token string
+	// Registerer receives the relay's metrics. Optional.
+	Registerer prometheus.Registerer
+	// Logger defaults to the reconciler's.
+	Logger *slog.Logger
+}
+
+// Operator is the write side of the operator's console: the actions API
+// (each action an io.tripsaga.operator.action.v1 event on the OPERATOR
+// stream, recorded in operator_actions and written to the reconciler's
+// outbox in one transaction), the dead letters API, and the reconciler's
+// own part of carrying actions out (re-drives into its projection).
+type Operator struct {
+	r     *Reconciler
+	token [32]byte
+	on    bool
+	log   *slog.Logger
+	relay *outbox.Relay
+	inbox *outbox.Inbox
+}
+
+// NewOperator builds the actions API, its outbox relay and the inbox that
+// carries out re-drives into the reconciler's own consumers.
+func NewOperator(cfg OperatorConfig) (*Operator, error) {
+	if cfg.Reconciler == nil {
+		return nil, fmt.Errorf("%w: OperatorConfig.Reconciler is required", ErrInvalidConfig)
+	}
+	r := cfg.Reconciler
+	if cfg.Logger == nil {
+		cfg.Logger = r.log
+	}
+	o := &Operator{r: r, on: cfg.Token != "", token: sha256.Sum256([]byte(cfg.Token)), log: cfg.Logger}
+	var err error
+	o.relay, err = outbox.NewRelay(outbox.RelayConfig{
+		Pool: r.cfg.Pool, JetStream: r.cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer,
+		EnsureStreams: func(ctx context.Context) error { return events.EnsureStreams(ctx, r.cfg.JetStream, events.Default) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reconciler: operator relay: %w", err)
+	}
+	o.inbox, err = outbox.NewInbox(outbox.InboxConfig{
+		Name: ProjectionName, Stream: events.StreamOperator,
+		FilterSubjects: []string{events.Kind(events.OperatorAction) + ".>"}, Types: []string{events.OperatorAction},
+		Pool: r.cfg.Pool, JetStream: r.cfg.JetStream, Handler: o.carryOut, Relay: o.relay,
+		Concurrency: 1, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reconciler: operator inbox: %w", err)
+	}
+	return o, nil
+}
+
+// Run publishes the recorded actions (the relay) and carries out the
+// re-drives that name the reconciler, until ctx ends.
+func (o *Operator) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return o.relay.Run(ctx) })
+	g.Go(func() error { return o.inbox.Run(ctx) })
+	err := g.Wait()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// carryOut is the reconciler's handler of operator actions: it re-drives
+// a dead letter its own projection parked; every other action is some
+// step service's, and is acknowledged without effect here.
+func (o *Operator) carryOut(ctx context.Context, tx pgx.Tx, e event.Event) error {
+	var d events.OperatorActionData
+	if err := events.DecodeData(e, &d); err != nil {
+		return err
+	}
+	if d.Service != ProjectionName || d.Action != events.ActionRedrive {
+		return nil
+	}
+	dup, err := outbox.RedriveParked(ctx, tx, d.DeadLetter, o.r.inboxes...)
+	if err != nil {
+		return fmt.Errorf("redrive of dead letter %d asked by %s: %w", d.DeadLetter.Seq, d.Operator, err)
+	}
+	o.log.Info("reconciler: dead letter re-driven into the projection", "seq", d.DeadLetter.Seq, "duplicate", dup, "operator", d.Operator)
+	return nil
+}
+
+// Register mounts the write side on mux:
+//
+//	POST /api/actions           an action (ActionRequest); Authorization: Bearer <OPERATOR_TOKEN>, Idempotency-Key
+//	GET  /api/actions           JSON {"items":[event...]}: recorded actions, newest first; ?trip= one trip's; ?limit= (default 100)
+//	GET  /api/deadletters       JSON {"items":[DeadLetter...]}: the parked events, oldest first (the newest 1000)
+//	GET  /api/deadletters/{seq} JSON DeadLetter; 404 problem+json if there is none
+func (o *Operator) Register(mux *http.ServeMux) {
+	mux.HandleFunc("POST /api/actions", o.serveAction)
+	mux.HandleFunc("GET /api/actions", o.serveActions)
+	mux.HandleFunc("GET /api/deadletters", o.serveDeadLetters)
+	mux.HandleFunc("GET /api/deadletters/{seq}", o.serveDeadLetter)
+}
+
+// authorized compares the bearer token in constant time (of the tokens'
+// sha256, so their lengths do not show either).
+func (o *Operator) authorized(req *http.Request) bool {
+	got, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+	return subtle.ConstantTimeCompare(sum[:], o.token[:]) == 1
+}
+
+func invalid(w http.ResponseWriter, req *http.Request, field, detail string) {
+	app.WriteProblem(w, app.Problem{
+		Type: app.ProblemInvalidInput, Title: "Invalid action", Status: http.StatusBadRequest,
+		Detail: fmt.Sprintf("field %q: %s", field, detail), Instance: req.URL.EscapedPath(),
+		Errors: []events.FieldError{events.FieldErr(field, detail)},
+	})
+}
+
+func (o *Operator) serveAction(w http.ResponseWriter, req *http.Request) {
+	if !o.on {
+		app.WriteProblem(w, app.Problem{Type: ProblemActionsDisabled, Title: "Operator actions are disabled", Status: http.StatusServiceUnavailable,
+			Detail: "the reconciler was started without " + OperatorTokenEnv + "; set it to allow actions (reading needs no token)", Instance: req.URL.EscapedPath()})
+		return
+	}
+	if !o.authorized(req) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tripsaga operator actions"`)
+		app.WriteProblem(w, app.Problem{Type: ProblemUnauthorized, Title: "A valid operator token is required", Status: http.StatusUnauthorized,
+			Detail: "send Authorization: Bearer <" + OperatorTokenEnv + ">", Instance: req.URL.EscapedPath()})
+		return
+	}
+	key := req.Header.Get("Idempotency-Key")
+	switch {
+	case key == "":
+		invalid(w, req, "Idempotency-Key", "header required: a key of your choosing, sent again with a retried request")
+		return
+	case len(key) > MaxIdempotencyKeyChars || strings.ContainsFunc(key, func(r rune) bool { return r < ' ' || r == 0x7f }):
+		invalid(w, req, "Idempotency-Key", fmt.Sprintf("at most %d characters, no control characters", MaxIdempotencyKeyChars))
+		return
+	}
+	var ar ActionRequest
+	dec := json.NewDecoder(io.LimitReader(req.Body, maxActionBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ar); err != nil {
+		field, detail := "body", "a JSON object of the action: "+err.Error()
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			field, detail = strings.Trim(f, `"`), "unknown field"
+		}
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			field, detail = te.Field, "want a "+te.Type.String()
+		}
+		invalid(w, req, field, detail)
+		return
+	}
+	ev, replayed, err := o.Act(req.Context(), key, ar)
+	var fe *ActionError
+	switch {
+	case errors.As(err, &fe) && fe.Status == http.StatusBadRequest:
+		invalid(w, req, fe.Field, fe.Detail)
+		return
+	case errors.As(err, &fe):
+		app.WriteProblem(w, app.Problem{Type: fe.problemType(), Title: fe.title(), Status: fe.Status, Detail: fe.Detail, Instance: req.URL.EscapedPath()})
+		return
+	case err != nil:
+		app.WriteError(w, req, o.log, "reconciler: action", err)
+		return
+	}
+	body, err := json.Marshal(ev)
+	if err != nil {
+		app.WriteError(w, req, o.log, "reconciler: action", err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	w.WriteHeader(http.StatusAccepted)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// ActionError is an action refused for what it asks: a field (Status 400,
+// Field set), a key reused with another request or an undo_leak without a
+// finding (409), a dead letter that does not exist (404).
+type ActionError struct {
+	Status int
+	Field  string
+	Detail string
+}
+
+func (e *ActionError) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("field %q: %s", e.Field, e.Detail)
+	}
+	return e.Detail
+}
+
+func (e *ActionError) problemType() string {
+	switch e.Status {
+	case http.StatusNotFound:
+		return app.ProblemNotFound
+	case http.StatusConflict:
+		return ProblemConflict
+	}
+	return app.ProblemInvalidInput
+}
+
+func (e *ActionError) title() string {
+	switch e.Status {
+	case http.StatusNotFound:
+		return "No such dead letter"
+	case http.StatusConflict:
+		return "The action conflicts with what is recorded"
+	}
+	return "Invalid action"
+}
+
+func bad(field, detail string) error {
+	return &ActionError{Status: http.StatusBadRequest, Field: field, Detail: detail}
+}
+
+// actionServices are the services that carry out actions about a trip.
+func actionServices() []string {
+	return slices.DeleteFunc(slices.Clone(events.Default.Operator.Consumers), func(s string) bool { return s == ProjectionName })
+}
+
+// Act validates ar, records it under key (the audit trail) and writes its
+// event to the outbox in one transaction; the relay publishes it right
+// after. A key already recorded with the same request returns the same
+// event and replayed true, acting once (the event id is the same, so
+// JetStream and the services' inboxes drop a second copy); with another
+// request it is an [ActionError] 409. Other refusals are [ActionError]s.
+func (o *Operator) Act(ctx context.Context, key string, ar ActionRequest) (ev event.Event, replayed bool, err error) {
+	ar.Reason, ar.Operator = strings.TrimSpace(ar.Reason), strings.TrimSpace(ar.Operator)
+	if !slices.Contains(events.OperatorActions, ar.Action) {
+		return ev, false, bad("action", "one of "+strings.Join(events.OperatorActions, ", "))
+	}
+	switch {
+	case ar.Operator == "":
+		return ev, false, bad("operator", "required: who asks")
+	case len(ar.Operator) > MaxOperatorChars:
+		return ev, false, bad("operator", fmt.Sprintf("at most %d characters", MaxOperatorChars))
+	case ar.Reason == "":
+		return ev, false, bad("reason", "required: why")
+	case len(ar.Reason) > MaxReasonChars:
+		return ev, false, bad("reason", fmt.Sprintf("at most %d characters", MaxReasonChars))
+	}
+	d := events.OperatorActionData{Action: ar.Action, TripID: ar.Trip, Service: ar.Service, Incident: ar.Incident,
+		Reason: ar.Reason, Operator: ar.Operator, IdempotencyKey: key}
+	if ar.Action == events.ActionRedrive {
+		if ar.DeadLetterSeq == 0 {
+			return ev, false, bad("deadletter_seq", "required for redrive: the sequence of the dead letter (tripsaga deadletter list)")
+		}
+		dl, err := o.DeadLetter(ctx, ar.DeadLetterSeq)
+		if err != nil {
+			return ev, false, err
+		}
+		if !slices.Contains(events.Default.Operator.Consumers, dl.Consumer) {
+			return ev, false, &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
+				"dead letter %d was parked by consumer %q, which does not take re-drives (those that do: %s)",
+				dl.Seq, dl.Consumer, strings.Join(events.Default.Operator.Consumers, ", "))}
+		}
+		if ar.Service != "" && ar.Service != dl.Consumer {
+			return ev, false, bad("service", fmt.Sprintf("dead letter %d was parked by %s; it is re-driven there only", dl.Seq, dl.Consumer))
+		}
+		d.Service = dl.Consumer
+		d.TripID = dl.TripID
+		if events.ValidateTripID(d.TripID) != nil {
+			d.TripID = "none" // a parked message without a usable trip
+		}
+		d.DeadLetter = &dl.ParkedEvent
+	} else {
+		if err := events.ValidateTripID(ar.Trip); err != nil {
+			return ev, false, bad("trip", "required: a trip id (T-...)")
+		}
+		if svcs := actionServices(); !slices.Contains(svcs, ar.Service) {
+			return ev, false, bad("service", "one of "+strings.Join(svcs, ", "))
+		}
+		if ar.Incident != "" && ar.Action != events.ActionResolve {
+			return ev, false, bad("incident", "only for resolve")
+		}
+	}
+	if ar.DeadLetterSeq != 0 && ar.Action != events.ActionRedrive {
+		return ev, false, bad("deadletter_seq", "only for redrive")
+	}
+	if ar.Action == events.ActionUndoLeak {
+		rows, err := queries.FindingListByTrip(ctx, o.r.cfg.Pool, ar.Trip)
+		if err != nil {
+			return ev, false, fmt.Errorf("findings of %s: %w", ar.Trip, err)
+		}
+		if !slices.ContainsFunc(rows, func(f dbsqlc.Finding) bool {
+			return f.ResolvedAt == nil && (f.Kind == FindingOrphan || f.Kind == FindingHalf)
+		}) {
+			return ev, false, &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
+				"trip %s has no open orphan or half finding: undo_leak undoes only a record the sweep found in force where it should not be", ar.Trip)}
+		}
+	}
+	fp, err := json.Marshal(ar)
+	if err != nil {
+		return ev, false, err
+	}
+	sum := sha256.Sum256(fp)
+	fingerprint := hex.EncodeToString(sum[:])
+
+	for range 3 {
+		if ev, replayed, err = o.record(ctx, key, fingerprint, d, ar.DeadLetterSeq); err == nil || !errors.Is(err, errRaced) {
+			return ev, replayed, err
+		}
+	}
+	return ev, false, err
+}
+
+// errRaced: another request with the key committed between our look-up
+// and our insert; look again.
+var errRaced = errors.New("idempotency key raced")
+
+func (o *Operator) record(ctx context.Context, key, fingerprint string, d events.OperatorActionData, dlSeq uint64) (event.Event, bool, error) {
+	var ev event.Event
+	prev, err := queries.OperatorActionGetByKey(ctx, o.r.cfg.Pool, key)
+	if err == nil {
+		if prev.Fingerprint != fingerprint {
+			return ev, false, &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
+				"Idempotency-Key %q was used at %s for another action (%s of %s at %s by %s); use a new key for a new action",
+				key, prev.CreatedAt.UTC().Format(time.RFC3339), prev.Action, prev.TripID, prev.Service, prev.Operator)}
+		}
+		if err := json.Unmarshal(prev.Event, &ev); err != nil {
+			return ev, false, fmt.Errorf("action %s: stored event: %w", prev.EventID, err)
+		}
+		return ev, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return ev, false, fmt.Errorf("action by key: %w", err)
+	}
+	ev, err = events.New(events.Source(ProjectionName), events.OperatorAction, d.TripID, d)
+	if err != nil {
+		return ev, false, err
+	}
+	stored, err := json.Marshal(ev)
+	if err != nil {
+		return ev, false, err
+	}
+	tx, err := o.r.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return ev, false, err
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	ctx, committed := outbox.WithAfterCommit(ctx, o.relay)
+	seq := pgtype.Int8{Int64: int64(dlSeq), Valid: dlSeq != 0}
+	n, err := queries.OperatorActionInsert(ctx, tx, dbsqlc.OperatorActionInsertParams{
+		EventID: ev.ID(), IdempotencyKey: key, Fingerprint: fingerprint, Action: d.Action, TripID: d.TripID,
+		Service: d.Service, Operator: d.Operator, Reason: d.Reason, DeadletterSeq: seq, Event: stored, CreatedAt: ev.Time(),
+	})
+	if err != nil {
+		return ev, false, fmt.Errorf("record action: %w", err)
+	}
+	if n == 0 {
+		return ev, false, errRaced
+	}
+	if err := outbox.Write(ctx, tx, ev); err != nil {
+		return ev, false, fmt.Errorf("action event: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return ev, false, fmt.Errorf("record action: commit: %w", err)
+	}
+	committed()
+	o.log.Info("reconciler: operator action recorded", "action", d.Action, "trip_id", d.TripID, "service", d.Service,
+		"operator", d.Operator, "event_id", ev.ID())
+	return ev, false, nil
+}
+
+// Actions returns the recorded action events, newest first: of one trip
+// when trip is not "", at most limit.
+func (o *Operator) Actions(ctx context.Context, trip string, limit int) ([]event.Event, error) {
+	rows, err := queries.OperatorActionList(ctx, o.r.cfg.Pool, dbsqlc.OperatorActionListParams{TripID: trip, Max: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("actions: %w", err)
+	}
+	out := make([]event.Event, 0, len(rows))
+	for _, row := range rows {
+		var e event.Event
+		if err := json.Unmarshal(row.Event, &e); err != nil {
+			return nil, fmt.Errorf("action %s: %w", row.EventID, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func (o *Operator) serveActions(w http.ResponseWriter, req *http.Request) {
+	limit := 100
+	if s := req.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 1000 {
+			invalid(w, req, "limit", "a number from 1 to 1000")
+			return
+		}
+		limit = n
+	}
+	evs, err := o.Actions(req.Context(), req.URL.Query().Get("trip"), limit)
+	if err != nil {
+		app.WriteError(w, req, o.log, "reconciler: actions", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": evs})
+}
