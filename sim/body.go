@@ -179,7 +179,7 @@ func (v *validator) email(path string) {
 	}
 	at := strings.LastIndexByte(s, '@')
 	if at <= 0 || at == len(s)-1 || strings.ContainsAny(s, " \t\r\n") {
-		v.fail(path, "want an email address, got %q", s)
+		v.fail(path, "want an email address (the value is not repeated: it is personal data)")
 	}
 }
 

@@ -35,9 +35,17 @@ const (
 	SetReconciler = "reconciler" // the reconciler's projection
 )
 
-// Migrate creates schema if needed and applies the given migration sets to
-// it, in order, with search_path set to schema. A PostgreSQL advisory lock
-// per (schema, set) lets several processes call it at once.
+// SimSchemaPrefix starts the schema of each company simulator (set
+// [SetSim]): sim_hotel, sim_payments... The simulators' role makes them
+// (internal/pgroles).
+const SimSchemaPrefix = "sim_"
+
+// Migrate creates schema if it is missing and applies the given migration
+// sets to it, in order, with search_path set to schema, as the user of
+// databaseURL: a service's own role (internal/pgroles), which owns the
+// schema and so every object the migrations create. A PostgreSQL advisory
+// lock per (schema, set) lets several processes call it at once. Errors
+// never hold databaseURL's password (pgx redacts it in parse errors).
 func Migrate(ctx context.Context, databaseURL, schema string, sets ...string) error {
 	cfg, err := pgx.ParseConfig(databaseURL)
 	if err != nil {
@@ -46,11 +54,18 @@ func Migrate(ctx context.Context, databaseURL, schema string, sets ...string) er
 	cfg.RuntimeParams["search_path"] = schema
 	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
-	if _, err := db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		// Two processes creating the same schema at once may race; re-check.
-		var n int
-		if qerr := db.QueryRowContext(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema).Scan(&n); qerr != nil || n == 0 {
-			return fmt.Errorf("migrate: create schema %s: %w", schema, err)
+	// A service's role owns its schema but may not create one (the
+	// bootstrap, internal/pgroles, made it): create only a missing schema.
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema).Scan(&n); err != nil {
+		return fmt.Errorf("migrate: schema %s: %w", schema, err)
+	}
+	if n == 0 {
+		if _, err := db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+			// Two processes creating the same schema at once may race; re-check.
+			if qerr := db.QueryRowContext(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema).Scan(&n); qerr != nil || n == 0 {
+				return fmt.Errorf("migrate: create schema %s: %w", schema, err)
+			}
 		}
 	}
 	for _, set := range sets {

@@ -11,9 +11,12 @@ package pgcluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -23,6 +26,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrNoBinaries is returned by [Start] when initdb or pg_ctl cannot be found
@@ -73,8 +79,11 @@ type Cluster struct {
 	home string // holds data/, postgres.log and the socket: Config.Dir or a folder under RootHome
 	pid  int
 	Port int
-	// URL is a libpq URL for the "postgres" database, as superuser postgres.
+	// URL is a libpq URL for the "postgres" database, as superuser
+	// postgres with its password (see [PasswordFile]).
 	URL string
+	// Password is the superuser's password, also in URL.
+	Password string
 	// DataDir is the cluster's data folder: Config.Dir/data, or, run as
 	// root when postgres cannot reach Config.Dir, a folder under
 	// [RootHome] that Config.Dir/data links to.
@@ -154,7 +163,14 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if c.cred != nil {
 			_ = os.Chown(data, int(c.cred.Uid), int(c.cred.Gid))
 		}
-		args := []string{"-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C"}
+		// The superuser's password is set by initdb (--pwfile) and every
+		// connection, TCP or socket, must give a role's password
+		// (scram-sha-256): a role cannot log in as another.
+		pwFile, err := c.newPassword()
+		if err != nil {
+			return nil, err
+		}
+		args := []string{"-D", data, "-U", "postgres", "--auth-host=scram-sha-256", "--auth-local=scram-sha-256", "--pwfile=" + pwFile, "-E", "UTF8", "--locale=C"}
 		if !cfg.Durable {
 			args = append(args, "--no-sync")
 		}
@@ -168,7 +184,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.Port = p
 		c.Adopted = true
 		c.pid, _ = c.readPid()
-		c.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p)
+		if err := c.ensureAuth(ctx); err != nil {
+			return nil, err
+		}
 		return c, nil
 	}
 	port := cfg.Port
@@ -181,8 +199,87 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := c.start(ctx); err != nil {
 		return nil, err
 	}
-	c.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	if err := c.ensureAuth(ctx); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// PasswordFile is the file, in the cluster's folder (beside data/), that
+// holds the superuser postgres's password (mode 0600).
+const PasswordFile = "superuser.password"
+
+// hba is the cluster's pg_hba.conf: a password (scram-sha-256) for every
+// role, on the socket and over TCP.
+const hba = `# tripsaga (internal/pgcluster): every connection gives its role's password.
+local all all scram-sha-256
+host  all all 127.0.0.1/32 scram-sha-256
+host  all all ::1/128 scram-sha-256
+`
+
+// newPassword writes a new superuser password to [PasswordFile] and
+// returns the file's path.
+func (c *Cluster) newPassword() (string, error) {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	path := filepath.Join(c.home, PasswordFile)
+	if err := os.WriteFile(path, []byte(hex.EncodeToString(b)+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("pgcluster: %w", err)
+	}
+	if c.cred != nil { // initdb, run as postgres, reads it
+		if err := os.Chown(path, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+			return "", fmt.Errorf("pgcluster: %w", err)
+		}
+	}
+	return path, nil
+}
+
+// ensureAuth sets c.URL with the superuser's password. A cluster made by
+// an earlier version (no [PasswordFile], pg_hba "trust") is given a
+// password first, over its still trusting TCP, then its pg_hba.conf is
+// replaced by [hba] and the server reloads it.
+func (c *Cluster) ensureAuth(ctx context.Context) error {
+	path := filepath.Join(c.home, PasswordFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if _, err := c.newPassword(); err != nil {
+			return err
+		}
+		if b, err = os.ReadFile(path); err != nil {
+			return fmt.Errorf("pgcluster: %w", err)
+		}
+		conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.Port))
+		if err != nil {
+			return fmt.Errorf("pgcluster: giving the superuser of a cluster made by an earlier version a password: %w", err)
+		}
+		_, err = conn.Exec(ctx, "ALTER ROLE postgres PASSWORD '"+strings.TrimSpace(string(b))+"'")
+		conn.Close(context.Background())
+		if err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) {
+				err = errors.New(pe.Message) // the statement holds the password
+			}
+			return fmt.Errorf("pgcluster: setting the superuser's password: %w", err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	pw := strings.TrimSpace(string(b))
+	hbaPath := filepath.Join(c.DataDir, "pg_hba.conf")
+	if cur, err := os.ReadFile(hbaPath); err != nil || string(cur) != hba {
+		if err := os.WriteFile(hbaPath, []byte(hba), 0o600); err != nil {
+			return fmt.Errorf("pgcluster: %w", err)
+		}
+		if c.cred != nil {
+			_ = os.Chown(hbaPath, int(c.cred.Uid), int(c.cred.Gid))
+		}
+		if out, err := c.run(ctx, "pg_ctl", "-D", c.DataDir, "reload"); err != nil {
+			return fmt.Errorf("pgcluster: pg_ctl reload: %w\n%s", err, out)
+		}
+	}
+	c.Password = pw
+	c.URL = (&url.URL{Scheme: "postgres", User: url.UserPassword("postgres", pw), Host: fmt.Sprintf("127.0.0.1:%d", c.Port), Path: "/postgres", RawQuery: "sslmode=disable"}).String()
+	return nil
 }
 
 // start runs pg_ctl start on c.Port and records the postmaster's pid.
