@@ -27,6 +27,7 @@ func (r *Reconciler) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /{$}", r.serveDashboard)
 	mux.HandleFunc("GET /findings", r.serveFindings)
 	mux.HandleFunc("GET /view/{trip_id}", r.serveView)
+	r.registerConsole(mux)
 }
 
 // Dashboard is the data of the HTML page.
@@ -37,6 +38,9 @@ type Dashboard struct {
 	Findings  []Finding
 	Trips     []TripView
 	LastSweep *SweepResult
+	// Console is the operator's console part (search, figures, chart),
+	// rendered by console.go.
+	Console template.HTML
 }
 
 // StatusCount is the number of trips in one status.
@@ -82,6 +86,7 @@ func (r *Reconciler) serveDashboard(w http.ResponseWriter, req *http.Request) {
 		app.WriteError(w, req, r.log, "reconciler: dashboard", err)
 		return
 	}
+	d.Console = r.renderConsole(req)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if err := page.Execute(w, d); err != nil {
 		r.log.Warn("reconciler: dashboard render", "err", err)
@@ -148,6 +153,7 @@ th{background:#f3f3f3}
 code{font-size:.8rem}
 </style></head><body>
 <h1>tripsaga reconciler</h1>
+{{.Console}}
 <table class="summary">
 <tr><th>trips in the projection now</th><td>{{.Total}}</td><td>every trip whose events the reconciler has seen</td></tr>
 {{with .LastSweep}}<tr><th>last sweep</th><td>{{ago $.Now .At}} ago</td><td>{{if .Skipped}}skipped: {{.SkippedFor}}{{else if .Err}}<b>failed</b>: {{.Err}}{{else}}ok{{end}}</td></tr>
@@ -160,11 +166,11 @@ code{font-size:.8rem}
 <tr>{{range .ByStatus}}<td>{{.Trips}}</td>{{end}}</tr></table>
 <h2>Open findings ({{len .Findings}})</h2>
 {{if .Findings}}<table><tr><th>trip</th><th>kind</th><th>detail</th><th>first seen</th><th>last seen</th></tr>
-{{range .Findings}}<tr><td><a href="/view/{{.TripID}}">{{.TripID}}</a></td><td class="{{.Kind}}">{{.Kind}}</td><td>{{.Detail}}</td><td>{{ago $.Now .FirstSeen}} ago</td><td>{{ago $.Now .LastSeen}} ago</td></tr>
+{{range .Findings}}<tr><td><a href="/trips/{{.TripID}}">{{.TripID}}</a></td><td class="{{.Kind}}">{{.Kind}}</td><td>{{.Detail}}</td><td>{{ago $.Now .FirstSeen}} ago</td><td>{{ago $.Now .LastSeen}} ago</td></tr>
 {{end}}</table>{{else}}<p>None.</p>{{end}}
 <h2>Newest trips</h2>
 <table><tr><th>trip</th><th>status</th><th>events seen</th><th>first event</th><th>last event</th></tr>
-{{range .Trips}}<tr><td><a href="/view/{{.TripID}}">{{.TripID}}</a></td><td class="{{.Status}}">{{.Status}}{{if .Mailed}} ✉{{end}}</td><td>{{range $i, $k := .Seen}}{{if $i}}, {{end}}<code>{{$k}}</code>{{end}}</td><td>{{.FirstEventAt.Format "2006-01-02 15:04:05"}}</td><td>{{ago $.Now .LastEventAt}} ago</td></tr>
+{{range .Trips}}<tr><td><a href="/trips/{{.TripID}}">{{.TripID}}</a></td><td class="{{.Status}}">{{.Status}}{{if .Mailed}} ✉{{end}}</td><td>{{range $i, $k := .Seen}}{{if $i}}, {{end}}<code>{{$k}}</code>{{end}}</td><td>{{.FirstEventAt.Format "2006-01-02 15:04:05"}}</td><td>{{ago $.Now .LastEventAt}} ago</td></tr>
 {{end}}</table>
 <p><a href="/findings">/findings</a> · <a href="/findings?all=1">all findings</a> · <a href="/metrics">/metrics</a></p>
 </body></html>

@@ -74,6 +74,10 @@ type Config struct {
 	// orphan, since its trip.requested may still be on the way to us.
 	// Defaults to 30 s.
 	OrphanGrace time.Duration
+	// Services are the base URLs of the services' operator endpoints, by
+	// service name (see [ServiceURLsEnv]): timelines read their step logs
+	// and incidents there, the search asks the trips service. Optional.
+	Services map[string]string
 	// Registerer receives the gauges and inbox counters. Optional.
 	Registerer prometheus.Registerer
 	// Logger defaults to a discard logger.
@@ -114,6 +118,7 @@ type Reconciler struct {
 	log     *slog.Logger
 	inboxes []*outbox.Inbox
 	metrics *metrics
+	figures *figures
 	sweepMu sync.Mutex
 	last    atomic.Pointer[SweepResult]
 }
@@ -130,6 +135,10 @@ func New(cfg Config) (*Reconciler, error) {
 	if r.metrics, err = newMetrics(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("reconciler: metrics: %w", err)
 	}
+	if r.figures, err = newFigures(cfg.Registerer, r); err != nil {
+		return nil, fmt.Errorf("reconciler: metrics: %w", err)
+	}
+	handler, batch := r.observing(handle, handleBatch)
 	inboxMetrics, err := outbox.NewInboxMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("reconciler: inbox metrics: %w", err)
@@ -139,7 +148,7 @@ func New(cfg Config) (*Reconciler, error) {
 	for stream, filters := range events.Default.Streams(types) {
 		in, err := outbox.NewInbox(outbox.InboxConfig{
 			Name: ProjectionName, Stream: stream, FilterSubjects: filters, Types: types,
-			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: handle, BatchApply: handleBatch, BatchLock: batchLock,
+			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: handler, BatchApply: batch, BatchLock: batchLock,
 			Concurrency: 1, Logger: cfg.Logger, Metrics: inboxMetrics,
 		})
 		if err != nil {
@@ -161,6 +170,7 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 	if ready != nil {
 		ready()
 	}
+	g.Go(func() error { return r.sampleUnfinished(ctx) })
 	g.Go(func() error {
 		t := time.NewTicker(r.cfg.Interval)
 		defer t.Stop()
@@ -281,6 +291,10 @@ func Run(ctx context.Context, env app.Env) error {
 	if err != nil {
 		return err
 	}
+	services, err := ParseServiceURLs(os.Getenv(ServiceURLsEnv))
+	if err != nil {
+		return fmt.Errorf("reconciler: %w", err)
+	}
 	p, err := app.Open(ctx, "reconciler", Schema, env, true, tripsql.SetSaga, tripsql.SetReconciler)
 	if err != nil {
 		return fmt.Errorf("reconciler: %w", err)
@@ -292,7 +306,7 @@ func Run(ctx context.Context, env app.Env) error {
 	r, err := New(Config{
 		Pool: p.Pool, JetStream: p.JS,
 		Hotel: provider.Hotel(env.HotelURL), Payments: provider.Payments(env.PaymentsURL), Cars: provider.Cars(env.CarsURL),
-		Interval: interval, StuckAfter: stuck, Registerer: p.Registry, Logger: p.Log,
+		Interval: interval, StuckAfter: stuck, Services: services, Registerer: p.Registry, Logger: p.Log,
 	})
 	if err != nil {
 		return err

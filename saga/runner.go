@@ -445,6 +445,9 @@ func (r *Runner) claim(ctx context.Context, max int, verifyNow bool) ([]func(con
 	if err != nil {
 		return nil, fmt.Errorf("claim due: %w", err)
 	}
+	if rows, err = r.skipPaused(ctx, tx, rows, false); err != nil {
+		return nil, err
+	}
 	now := time.Now()
 	// A job makes up to two calls (the call, then a status by key).
 	// PostgreSQL keeps microseconds: a lease written as it will be read
@@ -491,6 +494,9 @@ func (r *Runner) claim(ctx context.Context, max int, verifyNow bool) ([]func(con
 		vrows, err := queries.StepClaimVerify(ctx, tx, int32(max-len(jobs)))
 		if err != nil {
 			return nil, fmt.Errorf("claim verify: %w", err)
+		}
+		if vrows, err = r.skipPaused(ctx, tx, vrows, true); err != nil {
+			return nil, err
 		}
 		for _, row := range vrows {
 			row.VerifyAt = &lease
@@ -785,6 +791,12 @@ func (r *Runner) undo(ctx context.Context, claimed dbsqlc.Step) {
 		if err := queries.IncidentResolve(ctx, tx, dbsqlc.IncidentResolveParams{TripID: row.TripID, Step: row.Step}); err != nil {
 			return nil, err
 		}
+		if row.UndoCause != nil && *row.UndoCause == CauseOperator {
+			// An operator's undo of a leaked record: the trip settled long
+			// ago; the action event and the operator log are the record.
+			row.Status = string(Compensated)
+			return nil, nil
+		}
 		if row.UndoCause != nil && *row.UndoCause == CauseDeadline {
 			row.Status = string(Failed)
 			return r.event(r.cfg.Spec.OnFailed, row, false)
@@ -1008,6 +1020,10 @@ type Incident struct {
 	LastError  string     `json:"last_error"`
 	RaisedAt   time.Time  `json:"raised_at"`
 	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
+	// ResolvedBy and Resolution say who resolved it and why, when an
+	// operator did (events.ActionResolve).
+	ResolvedBy string `json:"resolved_by,omitempty"`
+	Resolution string `json:"resolution,omitempty"`
 }
 
 // Incidents lists every incident of the service whose schema db reaches,
@@ -1019,7 +1035,14 @@ func Incidents(ctx context.Context, db dbsqlc.DBTX) ([]Incident, error) {
 	}
 	out := make([]Incident, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, Incident{TripID: r.TripID, Step: r.Step, Kind: r.Kind, Attempts: int(r.Attempts), LastError: r.LastError, RaisedAt: r.RaisedAt.UTC(), ResolvedAt: r.ResolvedAt})
+		inc := Incident{TripID: r.TripID, Step: r.Step, Kind: r.Kind, Attempts: int(r.Attempts), LastError: r.LastError, RaisedAt: r.RaisedAt.UTC(), ResolvedAt: r.ResolvedAt}
+		if r.ResolvedBy != nil {
+			inc.ResolvedBy = *r.ResolvedBy
+		}
+		if r.Resolution != nil {
+			inc.Resolution = *r.Resolution
+		}
+		out = append(out, inc)
 	}
 	return out, nil
 }

@@ -131,6 +131,9 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		}
 		s.inboxes = append(s.inboxes, in)
 	}
+	if err := s.addOperatorInbox(metrics); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

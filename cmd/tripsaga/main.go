@@ -32,6 +32,6 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCmd(), upCmd(), demoCmd(), replayCmd(), benchCmd(), healthCmd(), outboxCmd(), doctorCmd(), chaosCmd())
+	root.AddCommand(serveCmd(), upCmd(), demoCmd(), replayCmd(), benchCmd(), healthCmd(), outboxCmd(), doctorCmd(), chaosCmd(), timelineCmd())
 	return root
 }

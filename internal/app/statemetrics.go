@@ -28,6 +28,8 @@ var (
 		"Events of the stream the inbox's durable consumer has not been delivered yet (its lag).", []string{"consumer", "stream"}, nil)
 	descConsumerAckPending = prometheus.NewDesc("tripsaga_inbox_consumer_ack_pending",
 		"Events delivered to the inbox's durable consumer and not acknowledged yet.", []string{"consumer", "stream"}, nil)
+	descConsumerOldest = prometheus.NewDesc("tripsaga_inbox_consumer_oldest_pending_age_seconds",
+		"Age of the oldest event the inbox's durable consumer has not acknowledged yet, delivered or not (0 when none).", []string{"consumer", "stream"}, nil)
 	descDeadLetters = prometheus.NewDesc("tripsaga_deadletter_messages",
 		"Messages the inbox parked on DEADLETTER (deadletter.<stream>.<consumer>) still there, for a person.", []string{"consumer", "stream"}, nil)
 	descStateUp = prometheus.NewDesc("tripsaga_state_scrape_ok",
@@ -61,7 +63,7 @@ func (p *Process) ExportState(consumers ...string) error {
 // Describe implements prometheus.Collector.
 func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descOutboxPending, descOutboxOldest, descIncidentsOpen,
-		descConsumerPending, descConsumerAckPending, descDeadLetters, descStateUp} {
+		descConsumerPending, descConsumerAckPending, descConsumerOldest, descDeadLetters, descStateUp} {
 		ch <- d
 	}
 }
@@ -143,7 +145,7 @@ func (c *StateCollector) collectConsumers(ctx context.Context, ch chan<- prometh
 		}
 	}
 	var errs []error
-	streams := events.Default.StreamSubjects()
+	streams := events.Selected().StreamSubjects()
 	var dead map[string]uint64
 	deadOK := false
 	if len(names) > 0 {
@@ -171,6 +173,7 @@ func (c *StateCollector) collectConsumers(ctx context.Context, ch chan<- prometh
 			info := cons.CachedInfo()
 			ch <- prometheus.MustNewConstMetric(descConsumerPending, prometheus.GaugeValue, float64(info.NumPending), name, stream)
 			ch <- prometheus.MustNewConstMetric(descConsumerAckPending, prometheus.GaugeValue, float64(info.NumAckPending), name, stream)
+			ch <- prometheus.MustNewConstMetric(descConsumerOldest, prometheus.GaugeValue, c.oldestPendingAge(ctx, info), name, stream)
 			if deadOK {
 				subject := events.DeadLetterSubjectPrefix + "." + stream + "." + name
 				ch <- prometheus.MustNewConstMetric(descDeadLetters, prometheus.GaugeValue, float64(dead[subject]), name, stream)
@@ -178,4 +181,35 @@ func (c *StateCollector) collectConsumers(ctx context.Context, ch chan<- prometh
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// oldestPendingAge is the age in seconds of the first event after the
+// consumer's ack floor that its filters select: the oldest one it has not
+// acknowledged. 0 when nothing is pending or the event cannot be read.
+func (c *StateCollector) oldestPendingAge(ctx context.Context, info *jetstream.ConsumerInfo) float64 {
+	if info.NumPending+uint64(info.NumAckPending) == 0 {
+		return 0
+	}
+	s, err := c.JS.Stream(ctx, info.Stream)
+	if err != nil {
+		return 0
+	}
+	filters := info.Config.FilterSubjects
+	if info.Config.FilterSubject != "" {
+		filters = append(filters, info.Config.FilterSubject)
+	}
+	if len(filters) == 0 {
+		filters = []string{">"}
+	}
+	var oldest time.Time
+	for _, f := range filters {
+		m, err := s.GetMsg(ctx, info.AckFloor.Stream+1, jetstream.WithGetMsgSubject(f))
+		if err == nil && (oldest.IsZero() || m.Time.Before(oldest)) {
+			oldest = m.Time
+		}
+	}
+	if oldest.IsZero() {
+		return 0
+	}
+	return max(time.Since(oldest).Seconds(), 0)
 }

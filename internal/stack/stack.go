@@ -666,6 +666,15 @@ func (s *Stack) env(name string) []string {
 		env = append(env, k+"="+v)
 	}
 	env = append(env, "TRIPS_URL="+s.URL("trips"))
+	// The reconciler reads the services' step logs and incidents
+	// (reconciler.ServiceURLsEnv).
+	var ops []string
+	for _, svc := range Services {
+		if svc != "reconciler" {
+			ops = append(ops, svc+"="+s.URL(svc))
+		}
+	}
+	env = append(env, "SERVICE_URLS="+strings.Join(ops, ","))
 	return append(env, s.cfg.Env...)
 }
 

@@ -634,6 +634,7 @@ func Run(ctx context.Context, env app.Env) error {
 		return err
 	}
 	s.Handler(p.Mux)
+	s.HandleLookup(p.Mux)
 	p.HandleOps()
 	p.AddCheck(s.Check)
 	p.AddDetail(func(ctx context.Context) ([]string, error) { return outbox.Details(ctx, p.Pool) })

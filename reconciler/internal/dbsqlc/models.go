@@ -46,6 +46,8 @@ type Incident struct {
 	LastError  string
 	RaisedAt   time.Time
 	ResolvedAt *time.Time
+	ResolvedBy *string
+	Resolution *string
 }
 
 type OperatorAction struct {
@@ -60,6 +62,16 @@ type OperatorAction struct {
 	DeadletterSeq  pgtype.Int8
 	Event          []byte
 	CreatedAt      time.Time
+}
+
+type OperatorLog struct {
+	EventID  string
+	TripID   string
+	Action   string
+	Operator string
+	Reason   string
+	Effect   string
+	At       time.Time
 }
 
 type Outbox struct {
@@ -116,6 +128,14 @@ type Step struct {
 	Owner          *int32
 	Traceparent    *string
 	Tracestate     *string
+}
+
+type TripPause struct {
+	TripID   string
+	Operator string
+	Reason   string
+	EventID  string
+	PausedAt time.Time
 }
 
 type TripView struct {

@@ -10,7 +10,7 @@ import (
 )
 
 const incidentListAll = `-- name: IncidentListAll :many
-SELECT id, trip_id, step, kind, attempts, last_error, raised_at, resolved_at FROM incidents ORDER BY raised_at
+SELECT id, trip_id, step, kind, attempts, last_error, raised_at, resolved_at, resolved_by, resolution FROM incidents ORDER BY raised_at
 `
 
 func (q *Queries) IncidentListAll(ctx context.Context, db DBTX) ([]Incident, error) {
@@ -31,6 +31,8 @@ func (q *Queries) IncidentListAll(ctx context.Context, db DBTX) ([]Incident, err
 			&i.LastError,
 			&i.RaisedAt,
 			&i.ResolvedAt,
+			&i.ResolvedBy,
+			&i.Resolution,
 		); err != nil {
 			return nil, err
 		}
@@ -43,7 +45,7 @@ func (q *Queries) IncidentListAll(ctx context.Context, db DBTX) ([]Incident, err
 }
 
 const incidentListOpen = `-- name: IncidentListOpen :many
-SELECT id, trip_id, step, kind, attempts, last_error, raised_at, resolved_at FROM incidents WHERE resolved_at IS NULL ORDER BY raised_at
+SELECT id, trip_id, step, kind, attempts, last_error, raised_at, resolved_at, resolved_by, resolution FROM incidents WHERE resolved_at IS NULL ORDER BY raised_at
 `
 
 func (q *Queries) IncidentListOpen(ctx context.Context, db DBTX) ([]Incident, error) {
@@ -64,6 +66,8 @@ func (q *Queries) IncidentListOpen(ctx context.Context, db DBTX) ([]Incident, er
 			&i.LastError,
 			&i.RaisedAt,
 			&i.ResolvedAt,
+			&i.ResolvedBy,
+			&i.Resolution,
 		); err != nil {
 			return nil, err
 		}

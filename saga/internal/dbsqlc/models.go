@@ -34,6 +34,18 @@ type Incident struct {
 	LastError  string
 	RaisedAt   time.Time
 	ResolvedAt *time.Time
+	ResolvedBy *string
+	Resolution *string
+}
+
+type OperatorLog struct {
+	EventID  string
+	TripID   string
+	Action   string
+	Operator string
+	Reason   string
+	Effect   string
+	At       time.Time
 }
 
 type Outbox struct {
@@ -90,4 +102,12 @@ type Step struct {
 	Owner          *int32
 	Traceparent    *string
 	Tracestate     *string
+}
+
+type TripPause struct {
+	TripID   string
+	Operator string
+	Reason   string
+	EventID  string
+	PausedAt time.Time
 }

@@ -34,6 +34,18 @@ type Incident struct {
 	LastError  string
 	RaisedAt   time.Time
 	ResolvedAt *time.Time
+	ResolvedBy *string
+	Resolution *string
+}
+
+type OperatorLog struct {
+	EventID  string
+	TripID   string
+	Action   string
+	Operator string
+	Reason   string
+	Effect   string
+	At       time.Time
 }
 
 type Outbox struct {
@@ -103,4 +115,12 @@ type Trip struct {
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	SettledAt      *time.Time
+}
+
+type TripPause struct {
+	TripID   string
+	Operator string
+	Reason   string
+	EventID  string
+	PausedAt time.Time
 }

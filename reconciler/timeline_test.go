@@ -1,0 +1,189 @@
+package reconciler
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/outbox"
+)
+
+// opsOf serves a service's operator endpoints (app.Process.HandleOps: GET
+// /steps/{trip_id}, GET /incidents) on the bundle's database, whose schema
+// holds the saga tables like every service's.
+func (b *bundle) opsOf(t *testing.T, name string) string {
+	t.Helper()
+	p := &app.Process{Name: name, Pool: b.pool, Mux: http.NewServeMux(), Log: slog.New(slog.DiscardHandler)}
+	p.HandleOps()
+	hs := httptest.NewServer(p.Mux)
+	t.Cleanup(hs.Close)
+	return hs.URL
+}
+
+func getBody(t *testing.T, u string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(u)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+// A trip's timeline gathers its events from every stream and the copy
+// parked on DEADLETTER, the step log rows and incidents its service
+// serves, and the company's record, in time order and in columns per
+// service; the JSON API and the page show it, and the search finds the
+// trip by its id, a step key and a company record id.
+func TestTimeline(t *testing.T) {
+	t.Parallel()
+	var payURL string
+	b := setup(t, func(c *Config) { c.Services = map[string]string{"payment": "http://placeholder"} })
+	payURL = b.opsOf(t, "payment")
+	b.r.cfg.Services = map[string]string{"payment": payURL}
+	ctx := context.Background()
+	trip := "T-timeline-1"
+	other := "T-timeline-2"
+
+	// Events of the trip on TRIPS, HOTEL and PAYMENT, a second trip's
+	// event that must not show, and a copy of one parked on DEADLETTER.
+	base := time.Now().UTC().Add(-time.Minute)
+	for i, typ := range []string{events.TripRequested, events.HotelHeld, events.PaymentCharged, events.CarRejected, events.PaymentRefunded} {
+		e := ev(t, typ, trip)
+		e.SetTime(base.Add(time.Duration(i) * time.Second))
+		b.publish(t, e, "")
+	}
+	b.publish(t, ev(t, events.TripRequested, other), "")
+	parked := ev(t, events.HotelHeld, trip)
+	m := msgOf(t, parked)
+	m.Subject = events.DeadLetterSubjectPrefix + ".HOTEL.trips"
+	m.Header.Set(outbox.HeaderDeadReason, "handler failed: boom")
+	m.Header.Set(outbox.HeaderDeadStream, "HOTEL")
+	m.Header.Set(outbox.HeaderDeadSeq, "2")
+	m.Header.Set(outbox.HeaderDeadSubject, "hotel.held."+trip)
+	m.Header.Set(outbox.HeaderDeadConsumer, "trips")
+	_, err := b.js.PublishMsg(ctx, m)
+	require.NoError(t, err)
+
+	// The payment service's step row and an open incident.
+	_, err = b.pool.Exec(ctx, `INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, company_ref, outcome,
+		attempts, undo_attempts, deadline_at, last_error, created_at, finished_at)
+		VALUES ($1, 'payment', $1 || ':payment', '{}', 'f', '{}', 'compensating', 'ch_1', '201 charged', 1, 3, now(), 'refund: 503', $2, $3)`,
+		trip, base.Add(500*time.Millisecond), base.Add(1500*time.Millisecond))
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `INSERT INTO incidents (trip_id, step, kind, attempts, last_error, raised_at) VALUES ($1, 'payment', 'compensation_stuck', 3, 'refund: 503', $2)`,
+		trip, base.Add(4500*time.Millisecond))
+	require.NoError(t, err)
+	// The card processor's record of the charge.
+	res, err := b.r.cfg.Payments.Create(ctx, trip+":payment", map[string]any{
+		"trip_id": trip, "card_token": "tok_visa_ok", "amount_cents": 100, "currency": "USD"})
+	require.NoError(t, err)
+	require.Equal(t, "charged", res.Status)
+
+	b.start(t)
+	testenv.Eventually(t, b.caughtUp, "projection caught up")
+
+	tl, err := b.r.Timeline(ctx, trip)
+	require.NoError(t, err)
+	require.NotNil(t, tl.View)
+	require.Equal(t, "canceling", tl.View.Status)
+	require.Empty(t, tl.Unread)
+	var whats []string
+	for i, e := range tl.Entries {
+		whats = append(whats, e.Column+" "+e.What)
+		if i > 0 {
+			require.False(t, e.At.Before(tl.Entries[i-1].At), "time order")
+		}
+	}
+	require.Equal(t, []string{
+		"trips trip.requested", "payment payment started", "hotel hotel.held", "payment payment 201 charged",
+		"payment payment.charged", "car car.rejected", "payment payment.refunded", "payment incident compensation_stuck raised",
+		"deadletter parked by trips", "payment payment undo not done yet",
+	}, whats)
+	require.Equal(t, []string{"trips", "hotel", "payment", "car", "deadletter"}, tl.Columns)
+	for _, e := range tl.Entries {
+		require.NotContains(t, e.Detail, other)
+		if e.Source == "deadletter" {
+			require.Contains(t, e.Detail, "handler failed: boom")
+			require.Equal(t, "hotel.held."+trip, e.Headers[outbox.HeaderDeadSubject])
+		}
+	}
+	require.Len(t, tl.Incidents, 1)
+	require.Contains(t, tl.Stopped, "canceling, not settled")
+	require.Contains(t, tl.Stopped, "open incident at payment: compensation_stuck after 3 attempt(s)")
+	require.Contains(t, tl.Stopped, "1 event(s) parked on DEADLETTER")
+	recs := map[string]CompanyRecord{}
+	for _, r := range tl.Records {
+		recs[r.Step] = r
+	}
+	require.Equal(t, "charged", recs["payment"].Record.Status())
+	require.Equal(t, trip+":payment", recs["payment"].Key)
+	require.Nil(t, recs["hotel"].Record, "the hotel has no hold of this trip")
+	require.Empty(t, recs["hotel"].Error)
+
+	t.Run("JSONAndPage", func(t *testing.T) {
+		mux := http.NewServeMux()
+		b.r.Register(mux)
+		hs := httptest.NewServer(mux)
+		t.Cleanup(hs.Close)
+		code, body := getBody(t, hs.URL+"/api/trips/"+trip+"/timeline")
+		require.Equal(t, http.StatusOK, code)
+		var got Timeline
+		require.NoError(t, json.Unmarshal([]byte(body), &got))
+		require.Len(t, got.Entries, len(tl.Entries))
+		code, _ = getBody(t, hs.URL+"/api/trips/T-nobody/timeline")
+		require.Equal(t, http.StatusNotFound, code)
+
+		code, page := getBody(t, hs.URL+"/trips/"+trip)
+		require.Equal(t, http.StatusOK, code)
+		require.Contains(t, page, "Where it stopped:")
+		require.Contains(t, page, "payment.refunded")
+		require.Contains(t, page, `&#34;action&#34;:&#34;retry_undo&#34;`)
+		require.Contains(t, page, "re-drive")
+
+		code, page = getBody(t, hs.URL+"/incidents")
+		require.Equal(t, http.StatusOK, code)
+		require.Contains(t, page, trip)
+		require.Contains(t, page, "compensation_stuck")
+
+		code, page = getBody(t, hs.URL+"/")
+		require.Equal(t, http.StatusOK, code)
+		require.Contains(t, page, `id="chart"`)
+		require.Contains(t, page, "unfinished trips")
+	})
+
+	t.Run("Search", func(t *testing.T) {
+		hits, _ := b.r.Search(ctx, trip)
+		require.Equal(t, []SearchHit{{trip, "trip id"}}, hits)
+		hits, _ = b.r.Search(ctx, trip+":hotel")
+		require.Equal(t, []SearchHit{{trip, "step key"}}, hits)
+		hits, _ = b.r.Search(ctx, res.Ref)
+		require.Equal(t, []SearchHit{{trip, "company record"}}, hits)
+		hits, unread := b.r.Search(ctx, "nobody@example.com")
+		require.Empty(t, hits)
+		require.Contains(t, strings.Join(unread, "\n"), "trips: its URL is not known")
+	})
+}
+
+func TestParseServiceURLs(t *testing.T) {
+	t.Parallel()
+	got, err := ParseServiceURLs(" trips=http://127.0.0.1:1/, hotel=https://h:2 ,")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"trips": "http://127.0.0.1:1", "hotel": "https://h:2"}, got)
+	for _, bad := range []string{"trips", "=http://x", "trips=ftp://x", "trips=http://"} {
+		_, err := ParseServiceURLs(bad)
+		require.ErrorIs(t, err, ErrInvalidConfig, bad)
+		require.Contains(t, err.Error(), ServiceURLsEnv)
+	}
+}

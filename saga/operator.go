@@ -1,0 +1,244 @@
+package saga
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/saga/internal/dbsqlc"
+)
+
+// CauseOperator is the undo cause of a step an operator asked to undo
+// (events.ActionUndoLeak): its success publishes nothing, the operator's
+// action event and the operator log are its record.
+const CauseOperator = "operator"
+
+// PauseRecheck is how long the runner leaves the rows of a paused trip
+// before it looks at them again (a resume makes them due at once).
+const PauseRecheck = 10 * time.Second
+
+// OperatorEntry is one operator action a service carried out: who, what,
+// why, when, and what it did.
+type OperatorEntry struct {
+	EventID  string    `json:"event_id"`
+	TripID   string    `json:"trip_id"`
+	Action   string    `json:"action"`
+	Operator string    `json:"operator"`
+	Reason   string    `json:"reason"`
+	Effect   string    `json:"effect"`
+	At       time.Time `json:"at"`
+}
+
+// OperatorLog returns the operator actions the service whose schema db
+// reaches carried out for trip, oldest first.
+func OperatorLog(ctx context.Context, db dbsqlc.DBTX, trip string) ([]OperatorEntry, error) {
+	rows, err := queries.OperatorLogListByTrip(ctx, db, trip)
+	if err != nil {
+		return nil, fmt.Errorf("saga: operator log of %s: %w", trip, err)
+	}
+	out := make([]OperatorEntry, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, OperatorEntry{EventID: r.EventID, TripID: r.TripID, Action: r.Action, Operator: r.Operator,
+			Reason: r.Reason, Effect: r.Effect, At: r.At.UTC()})
+	}
+	return out, nil
+}
+
+// Paused reports whether an operator paused trip's company calls at the
+// service whose schema db reaches, and who and why when so.
+func Paused(ctx context.Context, db dbsqlc.DBTX, trip string) (paused bool, by, reason string, err error) {
+	p, err := queries.TripPauseGet(ctx, db, trip)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, "", "", nil
+	}
+	if err != nil {
+		return false, "", "", fmt.Errorf("saga: pause of %s: %w", trip, err)
+	}
+	return true, p.Operator, p.Reason, nil
+}
+
+// skipPaused takes the rows of paused trips out of a claim (inside its
+// transaction tx): they are postponed by PauseRecheck instead of worked on.
+// verify says the rows were claimed for a late-commit check.
+func (r *Runner) skipPaused(ctx context.Context, tx pgx.Tx, rows []dbsqlc.Step, verify bool) ([]dbsqlc.Step, error) {
+	if len(rows) == 0 {
+		return rows, nil
+	}
+	trips := make([]string, 0, len(rows))
+	for _, row := range rows {
+		trips = append(trips, row.TripID)
+	}
+	paused, err := queries.TripPausedAmong(ctx, tx, trips)
+	if err != nil || len(paused) == 0 {
+		return rows, err
+	}
+	at := time.Now().Add(PauseRecheck)
+	if verify {
+		err = queries.StepPostponeVerify(ctx, tx, dbsqlc.StepPostponeVerifyParams{At: &at, TripIds: paused, Step: r.cfg.Spec.Name})
+	} else {
+		err = queries.StepPostpone(ctx, tx, dbsqlc.StepPostponeParams{At: at, TripIds: paused, Step: r.cfg.Spec.Name})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postpone paused trips: %w", err)
+	}
+	return slices.DeleteFunc(rows, func(row dbsqlc.Step) bool { return slices.Contains(paused, row.TripID) }), nil
+}
+
+// Operate carries out, inside tx (the action event's inbox transaction),
+// an operator's action that names this runner's service, and writes it to
+// the operator log with what it did:
+//
+//   - retry_undo: lifts a pause of the trip and makes its unfinished rows
+//     (an undo that keeps failing, an unknown outcome) due now;
+//   - pause: the runner claims none of the trip's rows until resume;
+//   - resume: lifts the pause; the rows are due now;
+//   - resolve: closes the trip's open incidents here (of kind d.Incident,
+//     or all) with the operator and reason; retries go on;
+//   - undo_leak: undoes the step's record by its Idempotency-Key (a row
+//     made compensating with cause [CauseOperator], or a new one when the
+//     service never had the step); refused, and logged so, when the step
+//     is done or still unfinished: a leak is a record the trip should not
+//     have, and the trip's own step still owns those.
+//
+// The runner is woken after commit (through outbox.AfterCommit).
+func (r *Runner) Operate(ctx context.Context, tx pgx.Tx, e event.Event, d events.OperatorActionData) error {
+	trip := d.TripID
+	effect := ""
+	switch d.Action {
+	case events.ActionRetryUndo, events.ActionResume:
+		unpaused, err := queries.TripPauseDelete(ctx, tx, trip)
+		if err != nil {
+			return err
+		}
+		n, err := queries.StepDueNow(ctx, tx, trip)
+		if err != nil {
+			return err
+		}
+		effect = fmt.Sprintf("%d unfinished step(s) due now", n)
+		if unpaused > 0 {
+			effect += "; pause lifted"
+		}
+	case events.ActionPause:
+		n, err := queries.TripPauseInsert(ctx, tx, dbsqlc.TripPauseInsertParams{TripID: trip, Operator: d.Operator, Reason: d.Reason, EventID: e.ID()})
+		if err != nil {
+			return err
+		}
+		effect = "paused: no company call for the trip until resumed"
+		if n == 0 {
+			effect = "already paused"
+		}
+	case events.ActionResolve:
+		n, err := queries.IncidentResolveByOperator(ctx, tx, dbsqlc.IncidentResolveByOperatorParams{
+			Operator: &d.Operator, Reason: &d.Reason, TripID: trip, Kind: d.Incident,
+		})
+		if err != nil {
+			return err
+		}
+		effect = fmt.Sprintf("%d open incident(s) resolved", n)
+	case events.ActionUndoLeak:
+		var err error
+		if effect, err = r.undoLeak(ctx, tx, trip); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%w: action %q is not carried out by a step service", outbox.ErrPermanent, d.Action)
+	}
+	if err := queries.OperatorLogInsert(ctx, tx, dbsqlc.OperatorLogInsertParams{
+		EventID: e.ID(), TripID: trip, Action: d.Action, Operator: d.Operator, Reason: d.Reason, Effect: effect,
+	}); err != nil {
+		return fmt.Errorf("saga: operator log: %w", err)
+	}
+	r.log.Info("saga: operator action carried out", "action", d.Action, "trip_id", trip, "operator", d.Operator, "effect", effect)
+	outbox.AfterCommit(ctx, r.Wake)
+	return nil
+}
+
+func (r *Runner) undoLeak(ctx context.Context, tx pgx.Tx, trip string) (string, error) {
+	if r.cfg.Spec.Class == events.ForwardOnly {
+		return "refused: step " + r.cfg.Spec.Name + " is forward-only, never undone", nil
+	}
+	row, err := queries.StepGetForUpdate(ctx, tx, dbsqlc.StepGetForUpdateParams{TripID: trip, Step: r.cfg.Spec.Name})
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := queries.StepInsertOperatorUndo(ctx, tx, dbsqlc.StepInsertOperatorUndoParams{
+			TripID: trip, Step: r.cfg.Spec.Name, IdempotencyKey: r.Key(trip),
+		}); err != nil {
+			return "", fmt.Errorf("saga: operator undo of %s: %w", trip, err)
+		}
+		return "no step here: undoing " + r.Key(trip) + " by key", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	switch Status(row.Status) {
+	case Compensated, Failed, Voided, Rejected:
+		was := row.Status
+		row.Status = string(Compensating)
+		row.UndoCause = new(CauseOperator)
+		row.NextAttemptAt = time.Now()
+		row.VerifyAt = nil
+		row.Outcome = new("an operator asked to undo a leaked record (the step was " + was + ")")
+		if err := update(ctx, tx, row); err != nil {
+			return "", err
+		}
+		return "step was " + was + ": undoing " + row.IdempotencyKey + " by key", nil
+	default:
+		return "refused: step is " + row.Status + "; its own saga owns the record", nil
+	}
+}
+
+// addOperatorInbox adds the inbox of the operators' actions when the
+// catalogue names the service among those that carry them out.
+func (s *Service) addOperatorInbox(metrics *outbox.InboxMetrics) error {
+	op := s.cfg.Catalogue.Operator
+	if op.Type == "" || !slices.Contains(op.Consumers, s.cfg.Spec.Service) {
+		return nil
+	}
+	in, err := outbox.NewInbox(outbox.InboxConfig{
+		Name: s.cfg.Spec.Service, Stream: events.StreamOperator, FilterSubjects: []string{events.Kind(op.Type) + ".>"},
+		Types: []string{op.Type}, Pool: s.cfg.Pool, JetStream: s.cfg.JetStream, Handler: s.onOperator,
+		Relay: s.relay, Logger: s.cfg.Logger, Metrics: metrics,
+	})
+	if err != nil {
+		return err
+	}
+	s.inboxes = append(s.inboxes, in)
+	return nil
+}
+
+// onOperator carries out an operator's action that names this service: a
+// re-drive of an event one of its inboxes parked, or the step's part
+// ([Runner.Operate]). Actions naming another service are acknowledged
+// without effect.
+func (s *Service) onOperator(ctx context.Context, tx pgx.Tx, e event.Event) error {
+	var d events.OperatorActionData
+	if err := events.DecodeData(e, &d); err != nil {
+		return err
+	}
+	if d.Service != s.cfg.Spec.Service {
+		return nil
+	}
+	if d.Action == events.ActionRedrive {
+		dup, err := outbox.RedriveParked(ctx, tx, d.DeadLetter, s.inboxes...)
+		if err != nil {
+			return fmt.Errorf("redrive asked by %s: %w", d.Operator, err)
+		}
+		effect := fmt.Sprintf("dead letter %d re-driven into %s", d.DeadLetter.Seq, d.DeadLetter.Consumer)
+		if dup {
+			effect = fmt.Sprintf("dead letter %d: %s had its event already", d.DeadLetter.Seq, d.DeadLetter.Consumer)
+		}
+		return queries.OperatorLogInsert(ctx, tx, dbsqlc.OperatorLogInsertParams{
+			EventID: e.ID(), TripID: d.TripID, Action: d.Action, Operator: d.Operator, Reason: d.Reason, Effect: effect,
+		})
+	}
+	if err := events.ValidateTripID(d.TripID); err != nil {
+		return fmt.Errorf("%w: %w", outbox.ErrPermanent, err)
+	}
+	return s.Runner.Operate(ctx, tx, e, d)
+}
