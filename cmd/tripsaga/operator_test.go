@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/spf13/cobra"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/provider"
+	"github.com/tripsaga/tripsaga/reconciler"
+	"github.com/tripsaga/tripsaga/sim"
+	tripsql "github.com/tripsaga/tripsaga/sql"
+)
+
+func runCmd(t *testing.T, cmd *cobra.Command, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+// TestOperatorCommands drives the incidents, deadletter and repair
+// commands against a real reconciler's API (its own PostgreSQL schema,
+// embedded JetStream, the company simulators).
+func TestOperatorCommands(t *testing.T) {
+	ctx := context.Background()
+	pool, url := testenv.SchemaPool(t, reconciler.Schema, tripsql.SetSaga, tripsql.SetReconciler)
+	_, _, js := testenv.JetStream(t)
+	require.NoError(t, events.EnsureStreams(ctx, js, events.Default))
+	sims, err := sim.New(ctx, sim.Config{DatabaseURL: url})
+	require.NoError(t, err)
+	companies := httptest.NewServer(sims.Handler())
+	t.Cleanup(func() { companies.Close(); sims.Close() })
+	r, err := reconciler.New(reconciler.Config{Pool: pool, JetStream: js, Interval: time.Hour,
+		Hotel: provider.Hotel(companies.URL + "/hotel"), Payments: provider.Payments(companies.URL + "/payments"), Cars: provider.Cars(companies.URL + "/cars")})
+	require.NoError(t, err)
+	op, err := reconciler.NewOperator(reconciler.OperatorConfig{Reconciler: r, Token: "tok-1"})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	r.Register(mux)
+	op.Register(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = op.Run(rctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	t.Setenv("RECONCILER_URL", srv.URL)
+
+	t.Setenv("OPERATOR_TOKEN", "")
+	_, err = runCmd(t, repairCmd(), "pause", "T-cli-1", "--service", "hotel", "--reason", "outage")
+	require.ErrorContains(t, err, "OPERATOR_TOKEN is not set")
+	t.Setenv("OPERATOR_TOKEN", "wrong")
+	_, err = runCmd(t, repairCmd(), "pause", "T-cli-1", "--service", "hotel", "--reason", "outage")
+	require.ErrorContains(t, err, "401")
+	t.Setenv("OPERATOR_TOKEN", "tok-1")
+	_, err = runCmd(t, repairCmd(), "pause", "T-cli-1", "--service", "hotel")
+	require.ErrorContains(t, err, "--reason is required")
+	_, err = runCmd(t, incidentsCmd(), "retry", "T-cli-1", "--reason", "r")
+	require.ErrorContains(t, err, "--service is required")
+	_, err = runCmd(t, repairCmd(), "pause", "T-cli-1", "--service", "mail", "--reason", "r")
+	require.ErrorContains(t, err, `field "service"`)
+
+	out, err := runCmd(t, repairCmd(), "pause", "T-cli-1", "--service", "hotel", "--reason", "card outage", "--operator", "ada", "--key", "K-1", "--json")
+	require.NoError(t, err, out)
+	var first event.Event
+	require.NoError(t, json.Unmarshal([]byte(out), &first), out)
+	var d events.OperatorActionData
+	require.NoError(t, first.DataAs(&d))
+	require.Equal(t, events.OperatorActionData{Action: "pause", TripID: "T-cli-1", Service: "hotel", Reason: "card outage", Operator: "ada", IdempotencyKey: "K-1"}, d)
+	out, err = runCmd(t, repairCmd(), "pause", "T-cli-1", "--service", "hotel", "--reason", "card outage", "--operator", "ada", "--key", "K-1")
+	require.NoError(t, err, out)
+	require.Contains(t, out, first.ID(), "the same key is the same action")
+	_, err = runCmd(t, repairCmd(), "resume", "T-cli-1", "--service", "hotel", "--reason", "over", "--key", "K-1")
+	require.ErrorContains(t, err, "409")
+
+	out, err = runCmd(t, incidentsCmd(), "resolve", "T-cli-1", "--service", "payment", "--incident", "compensation_stuck", "--reason", "refunded by hand", "--operator", "bo")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "resolve of trip T-cli-1 asked of payment by bo (refunded by hand)")
+	out, err = runCmd(t, repairCmd(), "undo-leak", "T-cli-1", "--service", "hotel", "--reason", "r")
+	require.ErrorContains(t, err, "no open orphan or half finding", out)
+
+	out, err = runCmd(t, incidentsCmd(), "list")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "no open incidents")
+	out, err = runCmd(t, deadletterCmd(), "list")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "no dead letters")
+	_, err = runCmd(t, deadletterCmd(), "show", "7")
+	require.ErrorContains(t, err, "404")
+	_, err = runCmd(t, deadletterCmd(), "redrive", "7", "--reason", "fixed")
+	require.ErrorContains(t, err, "404")
+
+	evs, err := op.Actions(ctx, "T-cli-1", 10)
+	require.NoError(t, err)
+	require.Len(t, evs, 2, "pause and resolve recorded, once each")
+}
