@@ -33,7 +33,7 @@ const (
 )
 
 // FindingKinds lists every finding kind.
-var FindingKinds = []string{FindingHalf, FindingOrphan, FindingStuck} //nolint:gochecknoglobals // read-only
+var FindingKinds = []string{FindingHalf, FindingOrphan, FindingStuck, FindingUnattributed} //nolint:gochecknoglobals // read-only
 
 var statuses = []string{trips.StatusPending, trips.StatusConfirmed, trips.StatusCanceling, trips.StatusCanceled} //nolint:gochecknoglobals // read-only
 
@@ -42,6 +42,8 @@ type metrics struct {
 	trips    *prometheus.GaugeVec
 	sweeps   *prometheus.CounterVec
 	lastOK   prometheus.Gauge
+	// unreadable is tripsaga_reconciler_company_unreadable (unattributed.go).
+	unreadable *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -62,9 +64,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tripsaga_reconciler_last_sweep_timestamp_seconds",
 			Help: "Unix time of the last sweep that completed.",
 		}),
+		unreadable: unreadableMetric(),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.findings, m.trips, m.sweeps, m.lastOK} {
+		for _, c := range []prometheus.Collector{m.findings, m.trips, m.sweeps, m.lastOK, m.unreadable} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -92,6 +95,9 @@ type SweepResult struct {
 	Resolved int            `json:"resolved"`
 	// Err is the error of a failed sweep.
 	Err string `json:"error,omitempty"`
+	// Unreadable names the companies whose records the sweep could not
+	// read, with why; such a sweep judges nothing (see [UnreadableError]).
+	Unreadable map[string]string `json:"unreadable,omitempty"`
 }
 
 // LastSweep returns the result of the last sweep, or nil before the first.
@@ -100,7 +106,10 @@ func (r *Reconciler) LastSweep() *SweepResult { return r.last.Load() }
 // companyRecords are one trip's records at the three companies, by status.
 type companyRecords struct {
 	holds, charges, bookings map[string]int
-	active                   []string // "hotel hold T-1:hotel held", for orphans
+	// unattributed says why a record could not be joined with a trip
+	// (FindingUnattributed); such an entry stands for one record.
+	unattributed string
+	active       []string // "hotel hold T-1:hotel held", for orphans
 }
 
 // Sweep reads the companies' records, compares them with trip_view and
@@ -160,6 +169,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 	res.Trips = len(view)
 	recs, n, err := r.listCompanies(ctx)
 	if err != nil {
+		res.Unreadable = unreadableOf(err)
 		return res, err
 	}
 	res.Records = n
@@ -189,6 +199,10 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 	// requested while we listed is not taken for one.
 	var candidates []string
 	for trip, c := range recs {
+		if c.unattributed != "" {
+			fs = append(fs, found{trip, FindingUnattributed, c.unattributed})
+			continue
+		}
 		if len(c.active) > 0 {
 			candidates = append(candidates, trip)
 		}
@@ -243,18 +257,22 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 func (r *Reconciler) listCompanies(ctx context.Context) (map[string]*companyRecords, int, error) {
 	clients := []*provider.Client{r.cfg.Hotel, r.cfg.Payments, r.cfg.Cars}
 	lists := make([][]provider.Record, len(clients))
-	g, gctx := errgroup.WithContext(ctx)
+	// Every company is asked even when another fails, so that the sweep
+	// names each one it could not read.
+	errs := make([]error, len(clients))
+	var g errgroup.Group
 	for i, c := range clients {
 		g.Go(func() error {
-			recs, err := c.List(gctx, "")
+			recs, err := c.List(ctx, "")
 			if err != nil {
-				return fmt.Errorf("sweep: list %s at %s: %w", c.Resource, c.BaseURL, err)
+				errs[i] = fmt.Errorf("list %s at %s: %w", c.Resource, c.BaseURL, err)
 			}
 			lists[i] = recs
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
+	_ = g.Wait()
+	if err := r.readErrors(clients, errs); err != nil {
 		return nil, 0, err
 	}
 	out := map[string]*companyRecords{}
@@ -265,7 +283,8 @@ func (r *Reconciler) listCompanies(ctx context.Context) (map[string]*companyReco
 		for _, rec := range recs {
 			n++
 			trip := rec.TripID()
-			if trip == "" {
+			if why := unattributed(rec); why != "" {
+				addUnattributed(out, c, rec, why)
 				continue
 			}
 			cr := out[trip]
