@@ -408,14 +408,19 @@ func stepEntries(service string, steps []saga.StepView, incs []saga.Incident) []
 		out = append(out, Entry{At: s.CreatedAt.UTC(), Column: service, Source: "step", What: s.Step + " started",
 			Detail: "key " + s.IdempotencyKey})
 		if s.FinishedAt != nil {
+			// Outcome is the company's last answer, an undo's once
+			// there was one: the detail says so.
 			d := fmt.Sprintf("%d attempt(s)", s.Attempts)
+			if s.Outcome != "" {
+				d += "; last answer " + s.Outcome
+			}
 			if s.CompanyRef != "" {
 				d += "; company record " + s.CompanyRef
 			}
 			if s.Reason != "" {
 				d += "; reason " + s.Reason
 			}
-			out = append(out, Entry{At: s.FinishedAt.UTC(), Column: service, Source: "step", What: s.Step + " " + cmp.Or(s.Outcome, s.Status), Detail: d})
+			out = append(out, Entry{At: s.FinishedAt.UTC(), Column: service, Source: "step", What: s.Step + " finished", Detail: d})
 		}
 		if s.UndoneAt != nil {
 			out = append(out, Entry{At: s.UndoneAt.UTC(), Column: service, Source: "step", What: s.Step + " undone",

@@ -107,7 +107,7 @@ func TestTimeline(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{
-		"trips trip.requested", "payment payment started", "hotel hotel.held", "payment payment 201 charged",
+		"trips trip.requested", "payment payment started", "hotel hotel.held", "payment payment finished",
 		"payment payment.charged", "car car.rejected", "payment payment.refunded", "payment incident compensation_stuck raised",
 		"deadletter parked by trips", "payment payment undo not done yet",
 	}, whats)

@@ -1,0 +1,259 @@
+// Package browser drives the reconciler's operator console in a real
+// headless Chromium (Debian's chromium package) through chromedp, against
+// the whole system started as a user starts it (the stack supervisor, one
+// process per service, an embedded NATS server, a private PostgreSQL
+// cluster, the company simulators), while a fault runs: the card
+// processor's refunds fail.
+//
+// The test saves screenshots into the folder named by
+// TRIPSAGA_BROWSER_ARTIFACTS (a new temporary folder when unset) and logs
+// their paths. Without Chromium it skips, saying how to install it.
+package browser
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/stack"
+	"github.com/tripsaga/tripsaga/sim"
+)
+
+// ArtifactsEnv names the folder the screenshots are saved in.
+const ArtifactsEnv = "TRIPSAGA_BROWSER_ARTIFACTS"
+
+const token = "browser-test-operator-token"
+
+// chromium finds the browser: $CHROMIUM, else chromium, chromium-browser,
+// google-chrome on PATH.
+func chromium() string {
+	if p := os.Getenv("CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+func artifacts(t *testing.T) string {
+	dir := os.Getenv(ArtifactsEnv)
+	if dir == "" {
+		var err error
+		dir, err = os.MkdirTemp("", "tripsaga-browser-")
+		require.NoError(t, err)
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	return dir
+}
+
+// startSystem builds the binary and starts the whole system with the
+// operator token, quick sweeps and a short stuck threshold.
+func startSystem(t *testing.T) (*stack.Stack, string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	// Searchable, so the postgres OS user (run as root) reaches the
+	// private cluster below it.
+	require.NoError(t, os.Chmod(dir, 0o711))
+	bin := filepath.Join(dir, "tripsaga")
+	build := exec.Command("go", "build", "-o", bin, "../../cmd/tripsaga")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	require.NoError(t, build.Run())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	stackDir := filepath.Join(dir, "stack")
+	sys, err := stack.Start(ctx, stack.Config{Dir: stackDir, Binary: bin, Env: []string{
+		"OPERATOR_TOKEN=" + token,
+		"RECONCILE_INTERVAL_MS=1000", "STUCK_AFTER_MS=3000",
+		// Undo attempts back off to a minute, so a retry asked by a
+		// person is what ends the trip once the fault is gone.
+		"INCIDENT_AFTER=3", "UNDO_BACKOFF_MAX_MS=60000",
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, name := range stack.Processes {
+				b, _ := os.ReadFile(sys.LogPath(name))
+				if len(b) > 3000 {
+					b = b[len(b)-3000:]
+				}
+				t.Logf("==== %s log (tail)\n%s", name, b)
+			}
+		}
+		sys.Stop()
+	})
+	return sys, bin, stackDir
+}
+
+// postTrip asks for a trip and returns its id.
+func postTrip(t *testing.T, tripsURL string, req events.TripRequest) string {
+	t.Helper()
+	body, err := json.Marshal(req)
+	require.NoError(t, err)
+	hr, err := http.NewRequest(http.MethodPost, tripsURL+"/trips", bytes.NewReader(body))
+	require.NoError(t, err)
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Idempotency-Key", "browser-"+req.Payment.CardToken)
+	resp, err := http.DefaultClient.Do(hr)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, resp.StatusCode, string(raw))
+	var tr struct {
+		TripID string `json:"trip_id"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &tr))
+	return tr.TripID
+}
+
+// TestConsoleInBrowser: the card processor's refunds fail for one trip
+// whose car is sold out. In the browser the operator finds it on the
+// dashboard as a stuck finding, opens its timeline (compensation stuck,
+// an open incident), and once the fault is gone asks for "retry now" with
+// the operator token; the action appears on the timeline, and the trip
+// ends canceled with its refund. `tripsaga timeline` prints the same trip.
+func TestConsoleInBrowser(t *testing.T) {
+	browser := chromium()
+	if browser == "" {
+		t.Skip("Chromium not found: install Debian's chromium package (apt-get install chromium), or set CHROMIUM to a Chrome or Chromium binary, to run the browser test")
+	}
+	shots := artifacts(t)
+	sys, bin, stackDir := startSystem(t)
+	companies := sys.CompanyURLs()
+	base := sys.URL("reconciler")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	// The trip: its car is sold out, and its refund fails until we lift
+	// the rule.
+	nonce := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000_000)
+	email := "refund-fails+" + nonce + "@example.com"
+	card := "tok_refundfails_" + nonce
+	require.NoError(t, sim.AddFault(ctx, companies["CARS_URL"], sim.Rule{Op: sim.OpBook, Fault: sim.FaultSoldOut, Match: map[string]string{"driver.email": email}}))
+	refundRule, err := sim.AddFaultRule(ctx, companies["PAYMENTS_URL"], sim.Rule{Op: sim.OpRefund, Fault: sim.FaultFail, Match: map[string]string{"card_token": card}})
+	require.NoError(t, err)
+	in := time.Now().AddDate(0, 0, 30)
+	trip := postTrip(t, sys.URL("trips"), events.TripRequest{
+		Traveler: events.Person{Name: "Ada Example", Email: email},
+		Hotel:    events.HotelRequest{PropertyID: "P-100", CheckIn: in.Format(time.DateOnly), Nights: 2},
+		Car:      events.CarRequest{CarClass: "compact", Pickup: in.Format(time.DateOnly), Return: in.AddDate(0, 0, 2).Format(time.DateOnly)},
+		Payment:  events.PaymentRequest{CardToken: card, AmountCents: 33000, Currency: "USD"},
+	})
+	t.Logf("trip %s (traveler %s)", trip, email)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
+		chromedp.WindowSize(1400, 1000), chromedp.Flag("disable-gpu", true))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+
+	var saved []string
+	shot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		require.NoError(t, err)
+		p := filepath.Join(shots, name+".png")
+		require.NoError(t, os.WriteFile(p, png, 0o644))
+		saved = append(saved, p)
+		t.Logf("screenshot: %s", p)
+	}
+	// until loads u until the JavaScript expression cond is true in it,
+	// bounded by ctx: the server renders each page from the system's
+	// state, so a new load is a new look.
+	until := func(u, cond, what string) {
+		t.Helper()
+		for {
+			require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(u)), what)
+			ok, err := chromedp.Run(bctx, chromedp.Evaluate[bool](cond))
+			require.NoError(t, err, what)
+			if ok {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				text, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("body")))
+				t.Fatalf("%s: never seen; the page says:\n%s", what, text)
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
+
+	// 1. The dashboard shows the trip as a stuck finding: its refund fails.
+	until(base+"/", fmt.Sprintf(`[...document.querySelectorAll("td.stuck")].some(td => td.parentElement.textContent.includes(%q))`, trip),
+		"the trip as a stuck finding on the dashboard")
+	shot("1-dashboard-stuck")
+
+	// 2. Search by the traveler's email opens the trip's timeline.
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.SetValue(chromedp.CSS("#q"), email),
+		chromedp.Click(chromedp.CSS("#search")),
+		chromedp.WaitVisible(chromedp.CSS("#trip-id"))))
+	shown, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#trip-id")))
+	require.NoError(t, err)
+	require.Equal(t, trip, shown, "the search by email opens the trip")
+	timeline := base + "/trips/" + trip
+	until(timeline, `document.querySelector("#stopped").textContent.includes("open incident at payment: compensation_stuck")`,
+		"the open incident on the timeline")
+	stopped, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#stopped")))
+	require.NoError(t, err)
+	require.Contains(t, stopped, "canceling, not settled")
+	shot("2-timeline-stuck")
+
+	// 3. The incidents page lists it with its attempts.
+	until(base+"/incidents", fmt.Sprintf(`[...document.querySelectorAll("#incidents tr.open")].some(tr => tr.textContent.includes(%q))`, trip),
+		"the incident on the incidents page")
+	shot("3-incidents")
+
+	// 4. The fault is fixed; the operator asks for "retry now" with the
+	// token and a reason.
+	_, err = sim.RemoveFault(ctx, companies["PAYMENTS_URL"], refundRule.ID)
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(timeline),
+		chromedp.SetValue(chromedp.CSS("#operator"), "ada"),
+		chromedp.SetValue(chromedp.CSS("#token"), token),
+		chromedp.SetValue(chromedp.CSS("#reason"), "the card processor's refunds work again"),
+		chromedp.Click(chromedp.CSS("button.retry")),
+		chromedp.WaitVisible(chromedp.CSS(`#action-result[data-status="202"]`))))
+	answer, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#action-result")))
+	require.NoError(t, err)
+	require.Contains(t, answer, "retry_undo")
+
+	// 5. The action is on the timeline, in the operator's column, and the
+	// trip ends canceled with its refund.
+	until(timeline, `[...document.querySelectorAll('#timeline tr.entry[data-column="operator"]')].some(tr => tr.textContent.includes("retry_undo") && tr.textContent.includes("ada"))`,
+		"the operator's action on the timeline")
+	until(timeline, `document.querySelector("#stopped").textContent.includes("settled: canceled")`, "the trip settled canceled")
+	records, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#records")))
+	require.NoError(t, err)
+	require.Contains(t, records, "refunded")
+	require.Contains(t, records, "released")
+	shot("4-timeline-settled")
+	until(base+"/", `document.querySelector("#chart") !== null`, "the chart")
+	shot("5-dashboard")
+
+	// `tripsaga timeline` shows the same story.
+	out, err := exec.CommandContext(ctx, bin, "timeline", "--dir", stackDir, email).CombinedOutput()
+	require.NoError(t, err, string(out))
+	for _, want := range []string{"trip " + trip + ": canceled", "trip.requested", "car.rejected", "operator.action", "payment.refunded", "trip.canceled", "refunded"} {
+		require.Contains(t, string(out), want)
+	}
+	t.Logf("tripsaga timeline %s:\n%s", trip, out)
+	t.Logf("screenshots:\n%s", strings.Join(saved, "\n"))
+}
