@@ -139,8 +139,16 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayStats, error) {
 		}
 	}()
 
-	if err := clearProjection(ctx, cfg.Pool); err != nil {
+	if err := clearProjection(ctx, conn); err != nil {
 		return stats, err
+	}
+	// The appliers use the pool's other connections; with a pool of one
+	// (pool_max_conns=1) one applier uses the connection that holds the
+	// lock, instead of waiting for a second that never comes.
+	var db beginner = cfg.Pool
+	appliers := min(replayAppliers, int(cfg.Pool.Config().MaxConns)-1)
+	if appliers < 1 {
+		appliers, db = 1, conn
 	}
 	types := projectionTypes()
 	wanted := map[string]bool{}
@@ -172,14 +180,14 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayStats, error) {
 	// once (batches lock rows in trip id order and a lost deadlock is
 	// retried).
 	var mu sync.Mutex
-	for range replayAppliers {
+	for range appliers {
 		g.Go(func() error {
 			batch := make([]replayItem, 0, cfg.BatchSize)
 			flush := func() error {
 				if len(batch) == 0 {
 					return nil
 				}
-				applied, dup, err := applyBatch(gctx, cfg.Pool, batch)
+				applied, dup, err := applyBatch(gctx, db, batch)
 				mu.Lock()
 				stats.Applied += applied
 				stats.Duplicates += dup
@@ -208,7 +216,7 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayStats, error) {
 			stats.PerStream[k] += v
 		}
 	}
-	if stats.Trips, err = queries.TripViewCount(ctx, cfg.Pool); err != nil {
+	if stats.Trips, err = queries.TripViewCount(ctx, conn); err != nil {
 		return stats, fmt.Errorf("replay: count: %w", err)
 	}
 	stats.Duration = time.Since(start)
@@ -217,8 +225,13 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayStats, error) {
 	return stats, nil
 }
 
-func clearProjection(ctx context.Context, pool *pgxpool.Pool) error {
-	tx, err := pool.Begin(ctx)
+// beginner is a pool or one of its connections.
+type beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+func clearProjection(ctx context.Context, db beginner) error {
+	tx, err := db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("replay: clear: %w", err)
 	}
@@ -327,9 +340,9 @@ func replayStream(ctx context.Context, cfg ReplayConfig, name string, wanted map
 // applyBatch applies items in one transaction through the inbox, retrying
 // the whole batch when PostgreSQL aborts it for a deadlock or a
 // serialization failure (the live projection may hold the same rows).
-func applyBatch(ctx context.Context, pool *pgxpool.Pool, items []replayItem) (applied, dup int, err error) {
+func applyBatch(ctx context.Context, db beginner, items []replayItem) (applied, dup int, err error) {
 	for attempt := 1; ; attempt++ {
-		applied, dup, err = applyBatchOnce(ctx, pool, items)
+		applied, dup, err = applyBatchOnce(ctx, db, items)
 		var pgErr *pgconn.PgError
 		if err == nil || attempt >= 5 || !errors.As(err, &pgErr) || (pgErr.Code != "40P01" && pgErr.Code != "40001") {
 			return applied, dup, err
@@ -337,8 +350,8 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, items []replayItem) (ap
 	}
 }
 
-func applyBatchOnce(ctx context.Context, pool *pgxpool.Pool, items []replayItem) (applied, dup int, err error) {
-	tx, err := pool.Begin(ctx)
+func applyBatchOnce(ctx context.Context, db beginner, items []replayItem) (applied, dup int, err error) {
+	tx, err := db.Begin(ctx)
 	if err != nil {
 		return 0, 0, fmt.Errorf("replay: %w", err)
 	}
