@@ -259,6 +259,18 @@ func (c Catalogue) WithSteps(order []string) (Catalogue, error) {
 		}
 		out.Projections = append(out.Projections, p)
 	}
+	// The operators' actions reach an added step's service too when they
+	// reach every service of c's saga (retry an undo now, pause, resume).
+	out.Operator.Consumers = slices.Clone(c.Operator.Consumers)
+	reachesAll := len(base) > 0
+	for _, s := range base {
+		reachesAll = reachesAll && slices.Contains(c.Operator.Consumers, s.Service)
+	}
+	for _, name := range order {
+		if _, added := optTypes[name]; added && reachesAll && !slices.Contains(out.Operator.Consumers, pool[name].Service) {
+			out.Operator.Consumers = append(out.Operator.Consumers, pool[name].Service)
+		}
+	}
 	if err := out.Validate(); err != nil {
 		return Catalogue{}, fmt.Errorf("%s=%s: %w", StepsVar, list, err)
 	}

@@ -48,6 +48,8 @@ func TestWithStepsInsurance(t *testing.T) {
 			require.Contains(t, p.Consumes, typ, "projection %s", p.Name)
 		}
 	}
+	require.Contains(t, c.Operator.Consumers, "insurance", "the operators' actions reach the insurance service")
+	require.NotContains(t, Default.Operator.Consumers, "insurance")
 	require.Contains(t, c.Services(), "insurance")
 	require.NotContains(t, Default.Services(), "insurance")
 	_, ok := Default.Lookup(InsuranceBought)

@@ -67,7 +67,7 @@ func Write(ctx context.Context, tx pgx.Tx, evs ...event.Event) (err error) {
 		if err != nil {
 			return fmt.Errorf("outbox: event %s: %w", e.ID(), err)
 		}
-		if _, ok := events.Default.StreamOf(subject); !ok {
+		if _, ok := events.Selected().StreamOf(subject); !ok {
 			return fmt.Errorf("outbox: event %s: %w: no stream of the catalogue holds subject %q", e.ID(), events.ErrInvalidEvent, subject)
 		}
 		h, err := events.EncodeHeaders(e)

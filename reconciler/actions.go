@@ -111,7 +111,7 @@ func NewOperator(cfg OperatorConfig) (*Operator, error) {
 	var err error
 	o.relay, err = outbox.NewRelay(outbox.RelayConfig{
 		Pool: r.cfg.Pool, JetStream: r.cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer,
-		EnsureStreams: func(ctx context.Context) error { return events.EnsureStreams(ctx, r.cfg.JetStream, events.Default) },
+		EnsureStreams: func(ctx context.Context) error { return events.EnsureStreams(ctx, r.cfg.JetStream, events.Selected()) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reconciler: operator relay: %w", err)
@@ -296,7 +296,7 @@ func bad(field, detail string) error {
 
 // actionServices are the services that carry out actions about a trip.
 func actionServices() []string {
-	return slices.DeleteFunc(slices.Clone(events.Default.Operator.Consumers), func(s string) bool { return s == ProjectionName })
+	return slices.DeleteFunc(slices.Clone(events.Selected().Operator.Consumers), func(s string) bool { return s == ProjectionName })
 }
 
 // Act validates ar, records it under key (the audit trail) and writes its
@@ -330,10 +330,10 @@ func (o *Operator) Act(ctx context.Context, key string, ar ActionRequest) (ev ev
 		if err != nil {
 			return ev, false, err
 		}
-		if !slices.Contains(events.Default.Operator.Consumers, dl.Consumer) {
+		if !slices.Contains(events.Selected().Operator.Consumers, dl.Consumer) {
 			return ev, false, &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
 				"dead letter %d was parked by consumer %q, which does not take re-drives (those that do: %s)",
-				dl.Seq, dl.Consumer, strings.Join(events.Default.Operator.Consumers, ", "))}
+				dl.Seq, dl.Consumer, strings.Join(events.Selected().Operator.Consumers, ", "))}
 		}
 		if ar.Service != "" && ar.Service != dl.Consumer {
 			return ev, false, bad("service", fmt.Sprintf("dead letter %d was parked by %s; it is re-driven there only", dl.Seq, dl.Consumer))

@@ -23,7 +23,7 @@ var queries = dbsqlc.New() //nolint:gochecknoglobals // stateless query set
 
 // projectionTypes returns the event types the reconciler consumes.
 func projectionTypes() []string {
-	for _, p := range events.Default.Projections {
+	for _, p := range events.Selected().Projections {
 		if p.Name == ProjectionName {
 			return p.Consumes
 		}

@@ -62,6 +62,9 @@ type Config struct {
 	// Hotel, Payments and Cars list the companies' records
 	// ([provider.Hotel] and so on). Required.
 	Hotel, Payments, Cars *provider.Client
+	// Insurer lists the insurer's policies ([provider.Insurer]): set when
+	// the insurance step is on (STEPS names it), nil otherwise.
+	Insurer *provider.Client
 	// Interval between sweeps. Defaults to 10 s (RECONCILE_INTERVAL_MS for
 	// the process).
 	Interval time.Duration
@@ -145,7 +148,7 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	types := projectionTypes()
 	batchLock := &sync.Mutex{}
-	for stream, filters := range events.Default.Streams(types) {
+	for stream, filters := range events.Selected().Streams(types) {
 		in, err := outbox.NewInbox(outbox.InboxConfig{
 			Name: ProjectionName, Stream: stream, FilterSubjects: filters, Types: types,
 			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: handler, BatchApply: batch, BatchLock: batchLock,
@@ -276,6 +279,7 @@ func (r *Reconciler) Findings(ctx context.Context, all bool) ([]Finding, error) 
 // Run runs the reconciler process (tripsaga serve reconciler): schema
 // "reconciler", the projection, the sweep and the dashboard, configured by
 // NATS_URL, DATABASE_URL, HTTP_ADDR, HOTEL_URL, PAYMENTS_URL, CARS_URL,
+// INSURER_URL (when STEPS names insurance),
 // RECONCILE_INTERVAL_MS (default 10000), STUCK_AFTER_MS (default
 // 120000) and OPERATOR_TOKEN (the bearer token of operators' actions;
 // unset, actions are disabled).
@@ -303,8 +307,15 @@ func Run(ctx context.Context, env app.Env) error {
 	if err := p.ExportState(ProjectionName); err != nil {
 		return fmt.Errorf("reconciler: metrics: %w", err)
 	}
+	var insurer *provider.Client
+	if _, on := events.Selected().Step("insurance"); on {
+		if err := env.Require("INSURER_URL"); err != nil {
+			return fmt.Errorf("reconciler: the insurance step is on: %w", err)
+		}
+		insurer = provider.Insurer(env.InsurerURL)
+	}
 	r, err := New(Config{
-		Pool: p.Pool, JetStream: p.JS,
+		Pool: p.Pool, JetStream: p.JS, Insurer: insurer,
 		Hotel: provider.Hotel(env.HotelURL), Payments: provider.Payments(env.PaymentsURL), Cars: provider.Cars(env.CarsURL),
 		Interval: interval, StuckAfter: stuck, Services: services, Registerer: p.Registry, Logger: p.Log,
 	})

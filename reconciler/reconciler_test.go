@@ -78,7 +78,7 @@ func (b *bundle) start(t *testing.T) {
 // would publish it.
 func ev(t testing.TB, typ, trip string) event.Event {
 	t.Helper()
-	et, ok := events.Default.Lookup(typ)
+	et, ok := events.Selected().Lookup(typ)
 	require.True(t, ok, typ)
 	var data any = events.StepData{TripID: trip, Step: et.Service, IdempotencyKey: trip + ":" + et.Service}
 	switch typ {
@@ -119,7 +119,7 @@ func (b *bundle) publish(t testing.TB, e event.Event, msgID string) {
 // has nothing pending or unacknowledged.
 func (b *bundle) caughtUp() bool {
 	ctx := context.Background()
-	for stream := range events.Default.Streams(projectionTypes()) {
+	for stream := range events.Selected().Streams(projectionTypes()) {
 		c, err := b.js.Consumer(ctx, stream, ProjectionName)
 		if err != nil {
 			return false

@@ -156,7 +156,7 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayStats, error) {
 		wanted[t] = true
 	}
 	var streams []string
-	for s := range events.Default.Streams(types) {
+	for s := range events.Selected().Streams(types) {
 		streams = append(streams, s)
 	}
 	slices.Sort(streams)

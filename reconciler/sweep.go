@@ -106,6 +106,7 @@ func (r *Reconciler) LastSweep() *SweepResult { return r.last.Load() }
 // companyRecords are one trip's records at the three companies, by status.
 type companyRecords struct {
 	holds, charges, bookings map[string]int
+	policies                 map[string]int // the insurer's, with the insurance step on
 	// unattributed says why a record could not be joined with a trip
 	// (FindingUnattributed); such an entry stands for one record.
 	unattributed string
@@ -181,11 +182,11 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 		c := recs[v.TripID]
 		switch deref(v.Settled) {
 		case trips.StatusConfirmed:
-			if c == nil || c.holds["held"] != 1 || c.charges["charged"] != 1 || c.bookings["booked"] != 1 {
+			if c == nil || c.holds["held"] != 1 || c.charges["charged"] != 1 || c.bookings["booked"] != 1 || !r.policiesAgree(c, 1) {
 				fs = append(fs, found{v.TripID, FindingHalf, "confirmed by events, but the companies have " + c.describe()})
 			}
 		case trips.StatusCanceled:
-			if c != nil && (c.holds["held"] > 0 || c.charges["charged"] > 0 || c.bookings["booked"] > 0) {
+			if c != nil && (c.holds["held"] > 0 || c.charges["charged"] > 0 || c.bookings["booked"] > 0 || !r.policiesAgree(c, 0)) {
 				fs = append(fs, found{v.TripID, FindingHalf, "canceled by events, but the companies have " + c.describe()})
 			}
 		default:
@@ -252,10 +253,11 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 	return res, nil
 }
 
-// listCompanies lists every record of the three companies, at once, and
+// listCompanies lists every record of the companies (the insurer's too
+// with the insurance step on), at once, and
 // groups them by trip. It returns the number of records read.
 func (r *Reconciler) listCompanies(ctx context.Context) (map[string]*companyRecords, int, error) {
-	clients := []*provider.Client{r.cfg.Hotel, r.cfg.Payments, r.cfg.Cars}
+	clients := r.clients()
 	lists := make([][]provider.Record, len(clients))
 	// Every company is asked even when another fails, so that the sweep
 	// names each one it could not read.
@@ -292,13 +294,14 @@ func (r *Reconciler) listCompanies(ctx context.Context) (map[string]*companyReco
 				cr = &companyRecords{holds: map[string]int{}, charges: map[string]int{}, bookings: map[string]int{}}
 				out[trip] = cr
 			}
-			by := []map[string]int{cr.holds, cr.charges, cr.bookings}[i]
+			by := cr.of(i)
 			by[rec.Status()]++
 			if rec.Status() == c.ActiveStatus && !r.young(rec, now) {
 				cr.active = append(cr.active, fmt.Sprintf("%s %s %s", c.Resource, rec.Key(), rec.Status()))
 			}
 		}
 	}
+	r.countPolicies(out)
 	return out, n, nil
 }
 
@@ -326,5 +329,9 @@ func (c *companyRecords) describe() string {
 		slices.Sort(ss)
 		return name + " " + strings.Join(ss, " ")
 	}
-	return part("holds", c.holds) + ", " + part("charges", c.charges) + ", " + part("bookings", c.bookings)
+	out := part("holds", c.holds) + ", " + part("charges", c.charges) + ", " + part("bookings", c.bookings)
+	if c.policies != nil {
+		out += ", " + part("policies", c.policies)
+	}
+	return out
 }

@@ -33,17 +33,17 @@ const rejectReason = "risk not insurable"
 
 // spec describes one company: its resource, its operations and its rules.
 type spec struct {
-	name          string // path prefix without the slash: hotel
-	schema        string // sim_hotel
-	collection    string // holds
-	idField       string // hold_id
-	idPrefix      string // H-
-	createOp      string // hold
-	createdStatus string // held
-	createCode    int    // 201, or 202 for mail
-	undoOp        string // release; empty: no undo (mail)
-	undoVerb      string // path verb: /holds/{key}/release
-	undoneStatus  string // released
+	name          string   // path prefix without the slash: hotel
+	schema        string   // sim_hotel
+	collection    string   // holds
+	idField       string   // hold_id
+	idPrefix      string   // H-
+	createOp      string   // hold
+	createdStatus string   // held
+	createCode    int      // 201, or 202 for mail
+	undoOp        string   // release; empty: no undo (mail)
+	undoVerb      string   // path verb: /holds/{key}/release
+	undoneStatus  string   // released
 	moreStatuses  []string // status words beyond created and undone: declined
 	validate      func(v *validator)
 	cards         bool // card processor: declines, statements, refund ids
@@ -89,7 +89,7 @@ func specs() []*spec {
 			createOp: OpCharge, createdStatus: "charged", createCode: http.StatusCreated,
 			undoOp: OpRefund, undoVerb: "refund", undoneStatus: "refunded",
 			moreStatuses: []string{"declined"},
-			cards:    true,
+			cards:        true,
 			validate: func(v *validator) {
 				v.str("trip_id")
 				v.positiveInt("amount_cents")

@@ -16,6 +16,7 @@ import (
 	"github.com/tripsaga/tripsaga/reconciler"
 	"github.com/tripsaga/tripsaga/services/car"
 	"github.com/tripsaga/tripsaga/services/hotel"
+	"github.com/tripsaga/tripsaga/services/insurance"
 	"github.com/tripsaga/tripsaga/services/payment"
 	"github.com/tripsaga/tripsaga/services/trips"
 	"github.com/tripsaga/tripsaga/sim"
@@ -26,21 +27,21 @@ import (
 func serveRunners() map[string]func(context.Context, app.Env) error {
 	return map[string]func(context.Context, app.Env) error{
 		"trips": trips.Run, "hotel": hotel.Run, "payment": payment.Run, "car": car.Run,
-		"reconciler": reconciler.Run, "sim": serveSim,
+		"insurance": insurance.Run, "reconciler": reconciler.Run, "sim": serveSim,
 	}
 }
 
 func serveCmd() *cobra.Command {
 	runners := serveRunners()
 	cmd := &cobra.Command{
-		Use:       "serve <trips|hotel|payment|car|reconciler|sim>",
-		Short:     "Run one process, configured by the environment (NATS_URL, DATABASE_URL, HTTP_ADDR, HOTEL_URL, PAYMENTS_URL, CARS_URL, MAIL_URL)",
+		Use:       "serve <trips|hotel|payment|car|insurance|reconciler|sim>",
+		Short:     "Run one process, configured by the environment (NATS_URL, DATABASE_URL, HTTP_ADDR, HOTEL_URL, PAYMENTS_URL, CARS_URL, MAIL_URL, INSURER_URL with STEPS naming insurance)",
 		Args:      cobra.ExactArgs(1),
-		ValidArgs: []string{"trips", "hotel", "payment", "car", "reconciler", "sim"},
+		ValidArgs: []string{"trips", "hotel", "payment", "car", "insurance", "reconciler", "sim"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			run, ok := runners[args[0]]
 			if !ok {
-				return fmt.Errorf("unknown process %q: want trips, hotel, payment, car, reconciler or sim", args[0])
+				return fmt.Errorf("unknown process %q: want trips, hotel, payment, car, insurance, reconciler or sim", args[0])
 			}
 			env, err := app.EnvFromOS()
 			if err != nil {

@@ -39,6 +39,7 @@ type Env struct {
 	PaymentsURL string // PAYMENTS_URL
 	CarsURL     string // CARS_URL
 	MailURL     string // MAIL_URL
+	InsurerURL  string // INSURER_URL (only when STEPS names insurance)
 	// Timing knobs, in ms (0 = the saga package's defaults):
 	// CALL_TIMEOUT_MS, STEP_DEADLINE_MS, UNDO_BACKOFF_MAX_MS,
 	// INCIDENT_AFTER (attempts), VERIFY_AFTER_MS.
@@ -71,11 +72,15 @@ func EnvFromOS() (Env, error) {
 	e := Env{
 		NATSURL: os.Getenv("NATS_URL"), DatabaseURL: os.Getenv("DATABASE_URL"), HTTPAddr: os.Getenv("HTTP_ADDR"),
 		HotelURL: os.Getenv("HOTEL_URL"), PaymentsURL: os.Getenv("PAYMENTS_URL"), CarsURL: os.Getenv("CARS_URL"), MailURL: os.Getenv("MAIL_URL"),
+		InsurerURL:  os.Getenv("INSURER_URL"),
 		CallTimeout: ms("CALL_TIMEOUT_MS"), StepDeadline: ms("STEP_DEADLINE_MS"), UndoBackoffMax: ms("UNDO_BACKOFF_MAX_MS"),
 		VerifyAfter: ms("VERIFY_AFTER_MS"), IncidentAfter: num("INCIDENT_AFTER"),
 	}
 	var err error
 	if e.StreamReplicas, err = events.StreamReplicas(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := events.FromEnv(); err != nil { // STEPS: the order of the saga's steps
 		errs = append(errs, err)
 	}
 	return e, errors.Join(errs...)
@@ -86,6 +91,7 @@ func (e Env) Require(names ...string) error {
 	vals := map[string]string{
 		"NATS_URL": e.NATSURL, "DATABASE_URL": e.DatabaseURL, "HTTP_ADDR": e.HTTPAddr,
 		"HOTEL_URL": e.HotelURL, "PAYMENTS_URL": e.PaymentsURL, "CARS_URL": e.CarsURL, "MAIL_URL": e.MailURL,
+		"INSURER_URL": e.InsurerURL,
 	}
 	var errs []error
 	for _, n := range names {
@@ -231,7 +237,7 @@ func WaitJetStream(ctx context.Context, js jetstream.JetStream, wait time.Durati
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for {
-		err := events.EnsureStreamsReplicas(ctx, js, events.Default, replicas)
+		err := events.EnsureStreamsReplicas(ctx, js, events.Selected(), replicas)
 		if err == nil || time.Now().After(deadline) {
 			return err
 		}

@@ -20,7 +20,7 @@ func (e Env) Timing() saga.Timing {
 	}
 }
 
-// RunStep runs a step service (hotel, payment, car) as this process until
+// RunStep runs a step service (hotel, payment, car, insurance) as this process until
 // ctx ends: schema <service>, the saga migration set, the step's inboxes,
 // relay and runner, and HTTP. It reports ready after the recovery pass.
 func RunStep(ctx context.Context, env Env, spec saga.Spec, build saga.BuildFunc, companyVar string) error {
@@ -36,7 +36,7 @@ func RunStep(ctx context.Context, env Env, spec saga.Spec, build saga.BuildFunc,
 		return fmt.Errorf("%s: metrics: %w", spec.Service, err)
 	}
 	svc, err := saga.NewService(saga.ServiceConfig{
-		Pool: p.Pool, JetStream: p.JS, Catalogue: events.Default, Spec: spec, Build: build,
+		Pool: p.Pool, JetStream: p.JS, Catalogue: events.Selected(), Spec: spec, Build: build,
 		Timing: env.Timing(), Logger: p.Log, Registerer: p.Registry,
 	})
 	if err != nil {

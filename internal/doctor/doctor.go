@@ -156,13 +156,13 @@ type Config struct {
 // defaults, a replay window of events.MaxAge, inbox rows kept forever, and
 // one replica per stream.
 func DefaultConfig() Config {
-	streams := slices.Sorted(maps.Keys(events.Default.StreamSubjects()))
+	streams := slices.Sorted(maps.Keys(events.Selected().StreamSubjects()))
 	streams = append(streams, events.StreamDeadLetter)
 	inboxes := map[string]bool{}
-	for _, s := range events.Default.Steps {
+	for _, s := range events.Selected().Steps {
 		inboxes[s.Service] = true
 	}
-	for _, p := range events.Default.Projections {
+	for _, p := range events.Selected().Projections {
 		inboxes[p.Name] = true
 	}
 	return Config{

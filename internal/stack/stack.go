@@ -31,6 +31,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
 )
@@ -228,10 +229,14 @@ func streamReplicas(cfg Config) int {
 	return 1
 }
 
-// CompanyURLs returns HOTEL_URL, PAYMENTS_URL, CARS_URL and MAIL_URL.
+// CompanyURLs returns HOTEL_URL, PAYMENTS_URL, CARS_URL, MAIL_URL and
+// INSURER_URL (the optional insurance step's company).
 func (s *Stack) CompanyURLs() map[string]string {
 	sim := s.URL("sim")
-	return map[string]string{"HOTEL_URL": sim + "/hotel", "PAYMENTS_URL": sim + "/payments", "CARS_URL": sim + "/cars", "MAIL_URL": sim + "/mail"}
+	return map[string]string{
+		"HOTEL_URL": sim + "/hotel", "PAYMENTS_URL": sim + "/payments", "CARS_URL": sim + "/cars", "MAIL_URL": sim + "/mail",
+		"INSURER_URL": sim + "/insurer",
+	}
 }
 
 // Port is one port of a BasePort layout and what it is for.
@@ -257,11 +262,11 @@ func Ports(cfg Config) []Port {
 		out = append(out, Port{Port: p, For: what})
 	}
 	add("NATS")
-	for _, name := range Processes {
+	for _, name := range processesOf(cfg) {
 		add(name)
 	}
 	for r := 2; r <= cfg.Replicas; r++ {
-		for _, name := range Services {
+		for _, name := range servicesOf(cfg) {
 			add(InstanceName(name, r))
 		}
 	}
@@ -292,6 +297,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	if cfg.NATSCluster < 0 || cfg.NATSCluster == 2 {
 		return nil, fmt.Errorf("stack: NATSCluster %d: want 0 or 1 (one embedded server) or 3 or more (a JetStream cluster of two loses its quorum with either node)", cfg.NATSCluster)
+	}
+	if _, err := events.ParseSteps(steps(cfg)); err != nil {
+		return nil, fmt.Errorf("stack: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -345,7 +353,7 @@ func (s *Stack) start(ctx context.Context) error {
 		}
 	}
 	s.insts = append(s.insts, &instance{name: "sim", process: "sim", args: []string{"serve", "sim"}})
-	for _, name := range Services {
+	for _, name := range servicesOf(cfg) {
 		for r := 1; r <= max(cfg.Replicas, 1); r++ {
 			s.insts = append(s.insts, &instance{name: InstanceName(name, r), process: name, args: []string{"serve", name}})
 		}
@@ -669,7 +677,7 @@ func (s *Stack) env(name string) []string {
 	// The reconciler reads the services' step logs and incidents
 	// (reconciler.ServiceURLsEnv).
 	var ops []string
-	for _, svc := range Services {
+	for _, svc := range servicesOf(s.cfg) {
 		if svc != "reconciler" {
 			ops = append(ops, svc+"="+s.URL(svc))
 		}

@@ -206,7 +206,7 @@ func JetStream(tb testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) 
 	if err != nil {
 		tb.Fatalf("testenv: jetstream: %v", err)
 	}
-	if err := events.EnsureStreams(context.Background(), js, events.Default); err != nil {
+	if err := events.EnsureStreams(context.Background(), js, events.Selected()); err != nil {
 		tb.Fatalf("testenv: streams: %v", err)
 	}
 	return srv, nc, js

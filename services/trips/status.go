@@ -1,6 +1,10 @@
 package trips
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/tripsaga/tripsaga/events"
+)
 
 // Trip statuses (trips-api.md, Statuses).
 const (
@@ -22,6 +26,9 @@ var failures = map[string]string{ //nolint:gochecknoglobals // read-only table
 	"payment.failed":   "the charge could not be confirmed in time",
 	"car.rejected":     "car sold out",
 	"car.failed":       "the car booking could not be confirmed in time",
+	// The optional insurance step (STEPS naming insurance).
+	"insurance.rejected": "the insurer refused to insure the trip",
+	"insurance.failed":   "the insurance policy could not be confirmed in time",
 }
 
 // Project derives a trip's status from the set of event kinds seen
@@ -33,29 +40,7 @@ var failures = map[string]string{ //nolint:gochecknoglobals // read-only table
 //     (a step happened if its done event, or any event of a later step, was
 //     seen: the later step ran only because it was done);
 //   - canceling otherwise.
-func Project(seen []string) string {
-	has := func(k string) bool { return slices.Contains(seen, k) }
-	anyOf := func(ks ...string) bool { return slices.ContainsFunc(ks, has) }
-	if has("car.booked") {
-		return StatusConfirmed
-	}
-	failed := false
-	for k := range failures {
-		failed = failed || has(k)
-	}
-	if !failed {
-		return StatusPending
-	}
-	carSeen := anyOf("car.rejected", "car.failed")
-	paymentHappened := has("payment.charged") || carSeen
-	paymentUndone := anyOf("payment.refunded", "payment.declined", "payment.failed")
-	hotelHappened := has("hotel.held") || paymentHappened || paymentUndone
-	hotelUndone := anyOf("hotel.released", "hotel.rejected", "hotel.failed")
-	if (!hotelHappened || hotelUndone) && (!paymentHappened || paymentUndone) {
-		return StatusCanceled
-	}
-	return StatusCanceling
-}
+func Project(seen []string) string { return project(events.Selected(), seen) }
 
 // FailureReason returns the traveler-facing reason of a failure kind, or "".
 func FailureReason(kind string) string { return failures[kind] }
@@ -76,9 +61,11 @@ func Steps(seen []string, status string) map[string]string {
 		}
 		return "skipped"
 	}
-	return map[string]string{
+	m := map[string]string{
 		"hotel":   pick("hotel.released", "released", "hotel.failed", "failed", "hotel.rejected", "sold_out", "hotel.held", "held"),
 		"payment": pick("payment.refunded", "refunded", "payment.failed", "failed", "payment.declined", "declined", "payment.charged", "charged"),
 		"car":     pick("car.booked", "booked", "car.failed", "failed", "car.rejected", "sold_out"),
 	}
+	addSteps(m, events.Selected(), pick) // an optional step's: "insurance"
+	return m
 }

@@ -112,7 +112,7 @@ func New(cfg Config) (*Service, error) {
 	var err error
 	s.relay, err = outbox.NewRelay(outbox.RelayConfig{
 		Pool: cfg.Pool, JetStream: cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer,
-		EnsureStreams: func(ctx context.Context) error { return events.EnsureStreams(ctx, cfg.JetStream, events.Default) },
+		EnsureStreams: func(ctx context.Context) error { return events.EnsureStreams(ctx, cfg.JetStream, events.Selected()) },
 	})
 	if err != nil {
 		return nil, err
@@ -131,12 +131,12 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	var projection events.Projection
-	for _, p := range events.Default.Projections {
+	for _, p := range events.Selected().Projections {
 		if p.Name == "trips" {
 			projection = p
 		}
 	}
-	for stream, filters := range events.Default.Streams(projection.Consumes) {
+	for stream, filters := range events.Selected().Streams(projection.Consumes) {
 		in, err := outbox.NewInbox(outbox.InboxConfig{
 			Name: "trips", Stream: stream, FilterSubjects: filters, Types: projection.Consumes,
 			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: s.project, BatchApply: outbox.HandlerBatch(s.project),

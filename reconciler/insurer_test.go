@@ -1,0 +1,73 @@
+package reconciler
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/provider"
+)
+
+// With the insurance step on, a settled trip is whole only when the
+// insurer agrees too: one policy active for a confirmed trip, none for a
+// canceled one.
+func TestSweepWithInsurance(t *testing.T) {
+	t.Setenv(events.StepsVar, "hotel,insurance,payment,car")
+	b := setup(t, func(c *Config) {
+		c.Insurer = provider.Insurer(c.Hotel.BaseURL[:len(c.Hotel.BaseURL)-len("/hotel")] + "/insurer")
+	})
+	b.start(t)
+	insurer := b.r.cfg.Insurer
+	insure := func(trip string) {
+		r, err := insurer.Create(context.Background(), trip+":insurance", map[string]any{
+			"trip_id": trip, "traveler": map[string]string{"name": "Ada Example", "email": "ada@example.com"},
+			"start": "2026-12-18", "end": "2026-12-20", "trip_cost_cents": 33000, "currency": "USD",
+		})
+		require.NoError(t, err)
+		require.Equal(t, provider.Done, r.Outcome)
+	}
+	confirmed := []string{events.TripRequested, events.HotelHeld, events.InsuranceBought, events.PaymentCharged, events.CarBooked, events.TripConfirmed}
+
+	// Whole: one of each, the policy included.
+	b.hold(t, "T-whole")
+	insure("T-whole")
+	b.charge(t, "T-whole")
+	b.book(t, "T-whole")
+	b.publishAll(t, "T-whole", confirmed...)
+	// Confirmed by events, but the insurer has no policy.
+	b.hold(t, "T-nopolicy")
+	b.charge(t, "T-nopolicy")
+	b.book(t, "T-nopolicy")
+	b.publishAll(t, "T-nopolicy", confirmed...)
+	// Canceled by events (card declined), but the policy is still active.
+	b.hold(t, "T-left")
+	insure("T-left")
+	_, err := provider.Hotel(b.companies+"/hotel").Undo(context.Background(), "T-left:hotel")
+	require.NoError(t, err)
+	b.publishAll(t, "T-left", events.TripRequested, events.HotelHeld, events.InsuranceBought, events.PaymentDeclined,
+		events.InsuranceCanceled, events.HotelReleased, events.TripCanceled)
+	// The insurer rejected: the hold released, nothing else: whole.
+	b.hold(t, "T-rejected")
+	_, err = provider.Hotel(b.companies+"/hotel").Undo(context.Background(), "T-rejected:hotel")
+	require.NoError(t, err)
+	b.publishAll(t, "T-rejected", events.TripRequested, events.HotelHeld, events.InsuranceRejected, events.HotelReleased, events.TripCanceled)
+	testenv.Eventually(t, b.caughtUp, "projection caught up")
+
+	res := b.sweep(t)
+	open := b.open(t)
+	require.Equal(t, 2, res.Open[FindingHalf], "%v", open)
+	require.Contains(t, open["T-nopolicy/half"].Detail, "policies none")
+	require.Contains(t, open["T-left/half"].Detail, "policies active 1")
+	v, ok := b.viewOf(t, "T-left")
+	require.True(t, ok)
+	require.Contains(t, v.Seen, "insurance.canceled", "the projection follows the INSURANCE stream")
+
+	_, err = insurer.Undo(context.Background(), "T-left:insurance")
+	require.NoError(t, err)
+	res = b.sweep(t)
+	require.Equal(t, 1, res.Resolved)
+	require.Contains(t, b.open(t), "T-nopolicy/half")
+}
