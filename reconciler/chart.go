@@ -11,7 +11,7 @@ import (
 const (
 	chartW     = 760
 	chartPlotH = 90
-	chartLeft  = 56
+	chartLeft  = 76
 	chartRight = 12
 	chartGap   = 34
 )
@@ -53,6 +53,9 @@ func renderChart(answers, unfinished []sample, now time.Time) template.HTML {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(s.at), yU(s.v)))
 		}
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="#0b5cad" stroke-width="2" points="%s"/>`, strings.Join(pts, " "))
+		for _, s := range unfinished {
+			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="2.5" fill="#0b5cad"/>`, x(s.at), yU(s.v))
+		}
 	} else {
 		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#777">no sample yet</text>`, chartLeft+8, 18+chartPlotH/2)
 	}

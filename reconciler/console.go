@@ -191,7 +191,11 @@ func (r *Reconciler) console(req *http.Request) consoleData {
 		r.log.Warn("reconciler: figures", "err", err)
 	}
 	answers, unfinished := r.figures.snapshot()
-	d.Chart = renderChart(answers, unfinished, time.Now().UTC())
+	now := time.Now().UTC()
+	if d.Figures != nil { // the line ends at what the page shows now
+		unfinished = append(unfinished, sample{now, float64(d.Figures.Unfinished)})
+	}
+	d.Chart = renderChart(answers, unfinished, now)
 	return d
 }
 
@@ -293,7 +297,7 @@ token <input id="token" type="password" size="18" autocomplete="off" placeholder
 reason <input id="reason" size="40" placeholder="why (kept on the trip's timeline)">
 <div id="action-result"></div></div>`
 
-const navBar = `<nav><a href="/">dashboard</a><a href="/incidents">incidents</a><a href="/findings">findings (JSON)</a>
+const navBar = `<nav><a href="/">dashboard</a> · <a href="/incidents">incidents</a> · <a href="/findings">findings (JSON)</a> · <a href="/api/deadletters">dead letters (JSON)</a> ·
 <form action="/search" method="get" style="display:inline"><input name="q" id="q" size="36" placeholder="trip id, Idempotency-Key, email, record id"> <button id="search">find</button></form></nav>`
 
 var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Parse(`

@@ -155,6 +155,16 @@ func TestConsoleInBrowser(t *testing.T) {
 		Payment:  events.PaymentRequest{CardToken: card, AmountCents: 33000, Currency: "USD"},
 	})
 	t.Logf("trip %s (traveler %s)", trip, email)
+	// A few trips that go well, for the figures and the chart.
+	for i := range 8 {
+		ok := "ok-" + nonce + "-" + fmt.Sprint(i)
+		postTrip(t, sys.URL("trips"), events.TripRequest{
+			Traveler: events.Person{Name: "Grace Example", Email: ok + "@example.com"},
+			Hotel:    events.HotelRequest{PropertyID: "P-100", CheckIn: in.Format(time.DateOnly), Nights: 1},
+			Car:      events.CarRequest{CarClass: "compact", Pickup: in.Format(time.DateOnly), Return: in.AddDate(0, 0, 1).Format(time.DateOnly)},
+			Payment:  events.PaymentRequest{CardToken: "tok_" + strings.ReplaceAll(ok, "-", "_"), AmountCents: 12000, Currency: "USD"},
+		})
+	}
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
 		chromedp.WindowSize(1400, 1000), chromedp.Flag("disable-gpu", true))
