@@ -73,35 +73,61 @@ func run(m *testing.M) int {
 	return code
 }
 
-func env() *demo.Env {
-	urls := sys.CompanyURLs()
-	return &demo.Env{
-		TripsURL: sys.URL("trips"), PaymentURL: sys.URL("payment"),
+func env() *demo.Env { return envOf(sys, demo.InsuranceOn()) }
+
+// envOf points the demo at the stack s; insured: s runs the insurance step
+// (its policies are judged too).
+func envOf(s *stack.Stack, insured bool) *demo.Env {
+	urls := s.CompanyURLs()
+	e := &demo.Env{
+		TripsURL: s.URL("trips"), PaymentURL: s.URL("payment"),
 		HotelURL: urls["HOTEL_URL"], PaymentsURL: urls["PAYMENTS_URL"], CarsURL: urls["CARS_URL"], MailURL: urls["MAIL_URL"],
 		Kill: func(ctx context.Context, name string) error {
-			if _, err := sys.Kill(name); err != nil {
+			if _, err := s.Kill(name); err != nil {
 				return err
 			}
-			return sys.WaitReady(ctx, name)
+			return s.WaitReady(ctx, name)
 		},
 	}
+	if insured {
+		e.InsurerURL = urls["INSURER_URL"]
+	}
+	return e
 }
 
-// TestSituations runs the demo's eight situations at once (so the SIGKILL
+// TestSituations runs the demo's situations at once (so the SIGKILL
 // of the payment service lands in the middle of the others) and checks each
-// ends as it must, against the companies' own records.
+// ends as it must, against the companies' own records. With STEPS naming
+// insurance in the environment, the whole suite runs with four steps.
 func TestSituations(t *testing.T) {
-	for _, s := range demo.Situations() {
+	checkSituations(t, demo.Situations(), env)
+}
+
+// checkSituations runs sits at once, each against an env of newEnv, and
+// checks each ends as it must, against the companies' own records.
+func checkSituations(t *testing.T, sits []demo.Situation, newEnv func() *demo.Env) {
+	for _, s := range sits {
 		t.Run(s.Name, func(t *testing.T) {
 			t.Parallel()
-			o := s.Run(context.Background(), env())
+			e := newEnv()
+			o := s.Run(context.Background(), e)
 			b, _ := json.MarshalIndent(o, "", "  ")
 			require.Truef(t, o.OK, "outcome:\n%s", b)
 			require.NotEqual(t, demo.Half, o.Verdict)
 			for _, tr := range o.Trips {
 				require.Equal(t, s.WantStatus, tr.Status)
 				require.Equal(t, 1, tr.Mails, "the traveler is emailed once when the trip settles")
+				if e.InsurerURL != "" && s.WantVerdict == demo.Whole {
+					require.Equal(t, "active", tr.Policy, "the policy is in force")
+				}
 				switch s.Name {
+				case "the insurer rejecting":
+					require.Equal(t, "released", tr.Hold)
+					require.Equal(t, "none", tr.Charge, "nothing charged")
+					require.Equal(t, []int{0, 0}, []int{tr.Charges, tr.Refunds}, "no statement line")
+					require.Equal(t, "none", tr.Booking)
+					require.Equal(t, "none", tr.Policy, "no policy")
+					require.Contains(t, tr.Reason, "insurance rejected")
 				case "car sold out":
 					require.Equal(t, "released", tr.Hold)
 					require.Equal(t, "refunded", tr.Charge)

@@ -14,13 +14,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/demo"
 	"github.com/tripsaga/tripsaga/internal/stack"
 )
 
 func demoCmd() *cobra.Command {
 	var asJSON, keep bool
-	var dir string
+	var dir, steps string
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Start everything (as up does), book trips in eight situations and judge each against the companies' records",
@@ -29,14 +30,28 @@ situations (all well, sold out, declined, a SIGKILL after the charge, a lost
 answer, a hanging company, refunds failing for 30 s, a repeated POST) and
 prints, for each: the answer and its time, the trip's status, what each
 company's records hold, and the verdict: whole, empty or HALF. It exits
-non-zero if any verdict is HALF or differs from what the situation must end in.`,
+non-zero if any verdict is HALF or differs from what the situation must end in.
+
+With --steps hotel,insurance,payment,car (or STEPS in the environment) the
+saga runs with the optional insurance step: every situation runs with four
+steps, the insurer's policy is judged too, and the situation "the insurer
+rejecting" is added.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if steps != "" { // the stack's children inherit it
+				if _, err := events.ParseSteps(steps); err != nil {
+					return err
+				}
+				if err := os.Setenv(events.StepsVar, steps); err != nil {
+					return err
+				}
+			}
 			return runDemo(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), dir, keep, asJSON)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON array, an object per situation")
 	cmd.Flags().StringVar(&dir, "dir", "", "folder for the stack's data and logs (default: a new temp folder)")
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the folder (logs, data) after the demo")
+	cmd.Flags().StringVar(&steps, "steps", "", "the saga's steps in order, as STEPS: hotel,insurance,payment,car adds the optional insurance step (default: STEPS, else hotel,payment,car)")
 	return cmd
 }
 
@@ -95,8 +110,12 @@ func demoLogger(errw io.Writer) *slog.Logger {
 // situation being shown, and when the process is back.
 func demoEnv(s *stack.Stack, errw io.Writer) *demo.Env {
 	urls := s.CompanyURLs()
+	var insurer string
+	if demo.InsuranceOn() {
+		insurer = urls["INSURER_URL"]
+	}
 	return &demo.Env{
-		TripsURL: s.URL("trips"), PaymentURL: s.URL("payment"),
+		TripsURL: s.URL("trips"), PaymentURL: s.URL("payment"), InsurerURL: insurer,
 		HotelURL: urls["HOTEL_URL"], PaymentsURL: urls["PAYMENTS_URL"], CarsURL: urls["CARS_URL"], MailURL: urls["MAIL_URL"],
 		Kill: func(ctx context.Context, name string) error {
 			fmt.Fprintf(errw, "  >> killing %s (pid %d) with SIGKILL on purpose: this is the situation being shown, not a failure;\n"+

@@ -39,6 +39,9 @@ type Env struct {
 	PaymentsURL string
 	CarsURL     string
 	MailURL     string
+	// InsurerURL is the insurer's, with the insurance step on (its
+	// policies are then judged too); "" with it off.
+	InsurerURL string
 	// PaymentURL is the payment service's own URL (for its incidents).
 	PaymentURL string
 	// Kill sends SIGKILL to a service process and waits until it is
@@ -77,6 +80,9 @@ type TripOutcome struct {
 	Refunds      int    `json:"refund_lines"`
 	Mails        int    `json:"mails"`
 	Verdict      string `json:"verdict"`
+	// Policy is the insurer's status of the trip's policy ("active",
+	// "canceled", "none"), "" with the insurance step off.
+	Policy string `json:"policy,omitempty"`
 }
 
 // Outcome is one situation's row.
@@ -94,9 +100,14 @@ type Outcome struct {
 	Trips     []TripOutcome `json:"trips"`
 }
 
-// Situations returns the eight situations of the demo, in order.
-func Situations() []Situation {
-	return []Situation{
+// Situations returns the situations of the demo, in order, for this
+// process's catalogue ([SituationsWith] of [InsuranceOn]).
+func Situations() []Situation { return SituationsWith(InsuranceOn()) }
+
+// SituationsWith returns the situations of the demo, in order: with
+// insurance, the insurer's too ("the insurer rejecting").
+func SituationsWith(insurance bool) []Situation {
+	return append([]Situation{
 		{Name: "five trips, nothing wrong", WantStatus: "confirmed", WantVerdict: Whole, run: fiveTrips},
 		{Name: "car sold out", WantStatus: "canceled", WantVerdict: Empty, run: carSoldOut},
 		{Name: "card declined", WantStatus: "canceled", WantVerdict: Empty, run: cardDeclined},
@@ -105,7 +116,7 @@ func Situations() []Situation {
 		{Name: "car times out, never books", WantStatus: "canceled", WantVerdict: Empty, run: carHangs},
 		{Name: "refunds fail for 30 s while undoing", WantStatus: "canceled", WantVerdict: Empty, run: refundsFail},
 		{Name: "same POST twice, one Idempotency-Key", WantStatus: "confirmed", WantVerdict: Whole, run: samePostTwice},
-	}
+	}, insurerSituations(insurance)...)
 }
 
 // Run runs one situation against env and judges it.
@@ -284,6 +295,9 @@ func (env *Env) Records(ctx context.Context, t *TripOutcome, card string) {
 	t.Hold = status(env.HotelURL, "holds", t.TripID+":hotel")
 	t.Charge = status(env.PaymentsURL, "charges", t.TripID+":charge")
 	t.Booking = status(env.CarsURL, "bookings", t.TripID+":car")
+	if env.InsurerURL != "" {
+		t.Policy = status(env.InsurerURL, "policies", t.TripID+":insurance")
+	}
 	var st struct {
 		Lines []struct {
 			TripID string `json:"trip_id"`
@@ -320,9 +334,9 @@ func Verdict(t TripOutcome) string {
 	whole := t.Hold == "held" && t.Charge == "charged" && t.Booking == "booked" && t.Charges == 1 && t.Refunds == 0
 	empty := t.Hold != "held" && t.Charge != "charged" && t.Booking != "booked" && t.Charges == t.Refunds
 	switch {
-	case t.Status == "confirmed" && whole:
+	case t.Status == "confirmed" && whole && policyAgrees(t, Whole):
 		return Whole
-	case t.Status == "canceled" && empty:
+	case t.Status == "canceled" && empty && policyAgrees(t, Empty):
 		return Empty
 	}
 	return Half
@@ -375,6 +389,7 @@ func (o *Outcome) summarize() {
 	}
 	o.Records = count(func(t TripOutcome) string {
 		r := fmt.Sprintf("hold %s; charge %s (%d charge/%d refund lines); car %s; %d mail", t.Hold, t.Charge, t.Charges, t.Refunds, t.Booking, t.Mails)
+		r += policyNote(t)
 		return r
 	})
 }

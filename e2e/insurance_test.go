@@ -1,0 +1,51 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/demo"
+	"github.com/tripsaga/tripsaga/internal/stack"
+)
+
+// TestSituationsWithInsurance runs every situation of the demo once more
+// on a stack with the optional insurance step (STEPS=hotel,insurance,
+// payment,car): `up` starts the insurance service, every trip passes
+// through the insurer, the policy is judged with the other records, and
+// the insurer rejecting cancels the trip with the hold released and
+// nothing charged. Skipped when the whole suite already runs with four
+// steps (STEPS in the environment).
+func TestSituationsWithInsurance(t *testing.T) {
+	if demo.InsuranceOn() {
+		t.Skip("STEPS names insurance: TestSituations runs every situation with four steps")
+	}
+	require.NotEmpty(t, bin, "TestMain builds the binary")
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o711))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := stack.Start(ctx, stack.Config{Dir: filepath.Join(dir, "stack"), Binary: bin, Env: []string{
+		events.StepsVar + "=hotel,insurance,payment,car",
+	}})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop) // after the parallel subtests
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, name := range append(stack.Processes, "insurance") {
+				b, _ := os.ReadFile(s.LogPath(name))
+				if len(b) > 3000 {
+					b = b[len(b)-3000:]
+				}
+				t.Logf("==== %s log (tail)\n%s", name, b)
+			}
+		}
+	})
+	require.Contains(t, s.Instances(), "insurance", "up starts the insurance service when STEPS names it")
+	checkSituations(t, demo.SituationsWith(true), func() *demo.Env { return envOf(s, true) })
+}
