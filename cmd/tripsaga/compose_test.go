@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/internal/pgroles"
 	"github.com/tripsaga/tripsaga/internal/stack"
 	"github.com/tripsaga/tripsaga/outbox"
 )
@@ -123,7 +124,7 @@ var knownEnv = []string{ //nolint:gochecknoglobals // read-only
 	"NATS_URL", "DATABASE_URL", "HTTP_ADDR", "HOTEL_URL", "PAYMENTS_URL", "CARS_URL", "MAIL_URL",
 	"STREAM_REPLICAS", "TRIPSAGA_INSTANCE", "TRIPS_URL",
 	"CALL_TIMEOUT_MS", "STEP_DEADLINE_MS", "UNDO_BACKOFF_MAX_MS", "INCIDENT_AFTER", "VERIFY_AFTER_MS",
-	"RECONCILE_INTERVAL_MS", "STUCK_AFTER_MS", "SIM_MEMORY",
+	"RECONCILE_INTERVAL_MS", "STUCK_AFTER_MS", "SIM_MEMORY", "OPS_ADDR",
 }
 
 // companyPath is the path of each company under the simulators' address
@@ -243,9 +244,15 @@ func TestComposeFile(t *testing.T) {
 					u, err := url.Parse(v)
 					require.NoError(t, err)
 					pw, _ := u.User.Password()
-					if u.Hostname() != "postgres" || u.Port() != "5432" || u.User.Username() != "postgres" ||
-						pw != pgEnv["POSTGRES_PASSWORD"] || strings.TrimPrefix(u.Path, "/") != pgEnv["POSTGRES_DB"] {
-						t.Errorf("%s: DATABASE_URL %q does not match the postgres service (%v)", s.Name, v, pgEnv)
+					// Each process connects as its own role
+					// (pgroles), whose password the init script sets.
+					role, ok := pgroles.ForProcess(pgroles.Default(), process)
+					if !ok {
+						t.Fatalf("%s: no PostgreSQL role for process %s", s.Name, process)
+					}
+					if u.Hostname() != "postgres" || u.Port() != "5432" || u.User.Username() != role.Name ||
+						pw == "" || pw != pgEnv[rolePasswordVar(role.Name)] || strings.TrimPrefix(u.Path, "/") != pgEnv["POSTGRES_DB"] {
+						t.Errorf("%s: DATABASE_URL %q does not match its role %s in the postgres service (%s)", s.Name, v, role.Name, rolePasswordVar(role.Name))
 					}
 				case "HOTEL_URL", "PAYMENTS_URL", "CARS_URL", "MAIL_URL":
 					u, err := url.Parse(v)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tripsaga/tripsaga/internal/redact"
 	"github.com/tripsaga/tripsaga/internal/stack"
 )
 
@@ -115,9 +116,9 @@ func printStack(cmd *cobra.Command, s *stack.Stack, dir string) {
 		}
 	}
 	if os.Getenv("DATABASE_URL") != "" {
-		fmt.Fprintf(w, "PostgreSQL        %s (DATABASE_URL from the environment: no private cluster)\n", s.DatabaseURL)
+		fmt.Fprintf(w, "PostgreSQL        %s (DATABASE_URL from the environment: no private cluster)\n", redact.URL(s.DatabaseURL))
 	} else {
-		fmt.Fprintf(w, "PostgreSQL        %s\n", s.DatabaseURL)
+		fmt.Fprintf(w, "PostgreSQL        %s (the administrator; each service connects as its own role)\n", redact.URL(s.DatabaseURL))
 	}
 	if s.PostgresAdopted {
 		fmt.Fprintf(w, "                  adopted: this PostgreSQL server was already running on %s, left by an earlier up that was killed\n                  without stopping it; this up uses it and stops it on Ctrl-C\n",

@@ -62,7 +62,7 @@ func (s *Stack) writeEnvFile() error {
 		b.WriteString(ExportLine(k, env[k]) + "\n")
 	}
 	tmp := filepath.Join(s.cfg.Dir, EnvFile+".tmp")
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil { // it holds the administrator's password
 		return fmt.Errorf("stack: %w", err)
 	}
 	if err := os.Rename(tmp, filepath.Join(s.cfg.Dir, EnvFile)); err != nil {

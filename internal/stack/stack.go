@@ -34,6 +34,8 @@ import (
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
+	"github.com/tripsaga/tripsaga/internal/pgroles"
+	"github.com/tripsaga/tripsaga/internal/redact"
 )
 
 // Processes, in start order. The simulators come first: the services need
@@ -104,6 +106,8 @@ type Stack struct {
 	natsOpts server.Options
 	nats     *server.Server // the embedded server, when not a cluster
 	pg       *pgcluster.Cluster
+	// roleURLs are the PostgreSQL roles' URLs, by process (pgroles).
+	roleURLs map[string]string
 	// insts are the supervised child processes, in start order: the NATS
 	// nodes (in a cluster), sim, then every replica of each service.
 	insts []*instance
@@ -422,6 +426,15 @@ func (s *Stack) start(ctx context.Context) error {
 				"pid", pg.Pid(), "port", pg.Port, "data", pg.DataDir)
 		}
 	}
+	// One login role per process, owning its schema (internal/pgroles),
+	// with new passwords on every start: each child gets its role's URL,
+	// and DatabaseURL stays the administrator's, for the tools. Schemas of
+	// an earlier version (owned by the administrator) are handed over.
+	roleURLs, err := pgroles.Bootstrap(ctx, s.DatabaseURL, pgroles.Default(), pgroles.Passwords(pgroles.Default()))
+	if err != nil {
+		return fmt.Errorf("stack: PostgreSQL roles (DATABASE_URL must be a superuser's, or a CREATEROLE role's that may own the schemas): %w", err)
+	}
+	s.roleURLs = roleURLs
 	for _, in := range s.insts {
 		if in.process == "nats" {
 			// A JetStream cluster creates no stream before it has a meta
@@ -642,7 +655,7 @@ func (s *Stack) restartPostgres() {
 }
 
 func (s *Stack) restartNATS(old *server.Server) {
-	s.cfg.Logger.Warn("embedded NATS stopped; restarting it", "url", s.NATSURL)
+	s.cfg.Logger.Warn("embedded NATS stopped; restarting it", "url", redact.URL(s.NATSURL))
 	old.Shutdown()
 	old.WaitForShutdown()
 	var ns *server.Server
@@ -656,7 +669,7 @@ func (s *Stack) restartNATS(old *server.Server) {
 	s.mu.Lock()
 	s.nats = ns
 	s.mu.Unlock()
-	s.cfg.Logger.Warn("embedded NATS restarted", "url", s.NATSURL)
+	s.cfg.Logger.Warn("embedded NATS restarted", "url", redact.URL(s.NATSURL))
 }
 
 // LogPath returns the log file of an instance (logs/<instance>.log).
@@ -668,7 +681,7 @@ const InstanceEnv = "TRIPSAGA_INSTANCE"
 
 func (s *Stack) env(name string) []string {
 	env := append(os.Environ(),
-		"NATS_URL="+s.NATSURL, "DATABASE_URL="+s.DatabaseURL, "HTTP_ADDR="+s.Addr[name],
+		"NATS_URL="+s.NATSURL, "DATABASE_URL="+s.databaseURL(name), "HTTP_ADDR="+s.Addr[name],
 		"STREAM_REPLICAS="+strconv.Itoa(s.StreamReplicas()), InstanceEnv+"="+name)
 	for k, v := range s.CompanyURLs() {
 		env = append(env, k+"="+v)
@@ -685,6 +698,21 @@ func (s *Stack) env(name string) []string {
 	env = append(env, "SERVICE_URLS="+strings.Join(ops, ","))
 	return append(env, s.cfg.Env...)
 }
+
+// databaseURL is the DATABASE_URL of instance name: its process's role
+// (pgroles.ForProcess), or none for a NATS node.
+func (s *Stack) databaseURL(name string) string {
+	for _, in := range s.insts {
+		if in.name == name {
+			return s.roleURLs[in.process]
+		}
+	}
+	return ""
+}
+
+// RoleURL returns the URL of a process's PostgreSQL role ("hotel", "sim"),
+// as its children are given it: for tests that check what a role may do.
+func (s *Stack) RoleURL(process string) string { return s.roleURLs[process] }
 
 func (s *Stack) startChild(in *instance) error {
 	name := in.name

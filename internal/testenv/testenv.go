@@ -10,6 +10,8 @@ package testenv
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/url"
 	"os"
@@ -27,6 +29,7 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
+	"github.com/tripsaga/tripsaga/internal/pgroles"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
@@ -113,6 +116,50 @@ func Postgres(tb testing.TB) string {
 	return u.String()
 }
 
+var (
+	rolesOnce sync.Once
+	rolesPW   map[string]string
+	rolesErr  error
+)
+
+// Roles makes the roles of pgroles.Default in the test cluster (once per
+// test binary) and hands them their schemas in the database adminURL names
+// (pgroles.Bootstrap); it returns each role's URL to that database. The
+// passwords are new for a private cluster; with TEST_DATABASE_URL (a
+// cluster several test binaries may share) they are derived from that URL,
+// so every binary sets the same ones.
+func Roles(tb testing.TB, adminURL string) map[string]string {
+	tb.Helper()
+	base := baseURL(tb)
+	roles := pgroles.Default()
+	ctx := context.Background()
+	rolesOnce.Do(func() {
+		rolesPW = pgroles.Passwords(roles)
+		if os.Getenv("TEST_DATABASE_URL") != "" {
+			for r := range rolesPW {
+				sum := sha256.Sum256([]byte(base + "\x00" + r))
+				rolesPW[r] = hex.EncodeToString(sum[:16])
+			}
+		}
+		rolesErr = pgroles.EnsureRoles(ctx, base, roles, rolesPW)
+	})
+	if rolesErr != nil {
+		tb.Fatalf("testenv: roles: %v", rolesErr)
+	}
+	if err := pgroles.EnsureSchemas(ctx, adminURL, roles); err != nil {
+		tb.Fatalf("testenv: roles: %v", err)
+	}
+	urls := make(map[string]string, len(roles))
+	for _, r := range roles {
+		u, err := pgroles.RoleURL(adminURL, r.Name, rolesPW[r.Name])
+		if err != nil {
+			tb.Fatalf("testenv: %v", err)
+		}
+		urls[r.Name] = u
+	}
+	return urls
+}
+
 // NATS starts an embedded NATS server with JetStream on a random port with
 // its store in a temp folder, and returns it. It is shut down and its store
 // removed when the test ends.
@@ -170,16 +217,24 @@ func Eventually(tb testing.TB, cond func() bool, msg string, args ...any) {
 
 // SchemaPool creates a fresh database (see [Postgres]), applies the
 // migration sets to schema and returns a pool whose search_path is schema,
-// as a service's own pool is, together with the database URL. The pool is
-// closed when the test ends.
+// as a service's own pool is, together with the database URL (the
+// administrator's). When a role of pgroles.Default owns schema, the
+// migrations and the pool run as that role ([Roles]). The pool is closed
+// when the test ends.
 func SchemaPool(tb testing.TB, schema string, sets ...string) (*pgxpool.Pool, string) {
 	tb.Helper()
 	ctx := context.Background()
 	url := Postgres(tb)
-	if err := tripsql.Migrate(ctx, url, schema, sets...); err != nil {
+	// A schema of a service is migrated and reached as its own role
+	// (internal/pgroles), as the service does.
+	roleURL := url
+	if r, ok := pgroles.ForSchema(pgroles.Default(), schema); ok {
+		roleURL = Roles(tb, url)[r.Name]
+	}
+	if err := tripsql.Migrate(ctx, roleURL, schema, sets...); err != nil {
 		tb.Fatalf("testenv: migrate: %v", err)
 	}
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := pgxpool.ParseConfig(roleURL)
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
