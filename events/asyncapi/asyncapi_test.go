@@ -26,9 +26,9 @@ func committed(t *testing.T) []byte {
 // TestCommittedDocumentIsCurrent regenerates the document in memory and
 // fails when the committed file differs: run go generate ./events.
 func TestCommittedDocumentIsCurrent(t *testing.T) {
-	got, err := asyncapi.Generate(events.Default)
+	got, err := asyncapi.Generate(events.Full())
 	require.NoError(t, err)
-	again, err := asyncapi.Generate(events.Default)
+	again, err := asyncapi.Generate(events.Full())
 	require.NoError(t, err)
 	require.Equal(t, string(got), string(again), "the generator must be deterministic")
 	want := committed(t)
@@ -84,7 +84,7 @@ func TestDocumentCoversTheCatalogue(t *testing.T) {
 	v, err := asyncapi.NewValidator(committed(t))
 	require.NoError(t, err, "every message's headers and payload schema compile")
 	var want []string
-	for _, et := range events.Default.Types {
+	for _, et := range events.Full().Types {
 		want = append(want, et.Type)
 	}
 	require.ElementsMatch(t, want, v.Types())
@@ -97,14 +97,14 @@ func TestDocumentCoversTheCatalogue(t *testing.T) {
 		}
 	}
 	require.NoError(t, yaml.Unmarshal(committed(t), &doc))
-	require.Len(t, doc.Channels, len(events.Default.Types))
-	for _, et := range events.Default.Types {
+	require.Len(t, doc.Channels, len(events.Full().Types))
+	for _, et := range events.Full().Types {
 		kind := events.Kind(et.Type)
 		require.Equal(t, kind+".{trip}", doc.Channels[kind].Address)
 		require.Equal(t, "send", doc.Operations[et.Service+".send."+kind].Action, et.Type)
 	}
-	for _, svc := range []string{"trips", "hotel", "payment", "car", "reconciler"} {
-		for _, typ := range events.Default.Consumes(svc) {
+	for _, svc := range events.Full().Services() {
+		for _, typ := range events.Full().Consumes(svc) {
 			op, ok := doc.Operations[svc+".receive."+events.Kind(typ)]
 			require.True(t, ok, "%s receives %s", svc, typ)
 			require.Equal(t, "receive", op.Action)
@@ -169,6 +169,10 @@ func TestEventsAsTheServicesMakeThemValidate(t *testing.T) {
 		{"payment", events.PaymentDeclined, step("payment", "charge", false, "", "declined")},
 		{"payment", events.PaymentFailed, step("payment", "charge", false, "", "timeout")},
 		{"payment", events.PaymentRefunded, step("payment", "charge", false, "C-1", "car sold out")},
+		{"insurance", events.InsuranceBought, step("insurance", "insurance", true, "I-1", "")},
+		{"insurance", events.InsuranceRejected, step("insurance", "insurance", false, "", "insurance rejected: risk not insurable")},
+		{"insurance", events.InsuranceFailed, step("insurance", "insurance", false, "", "no answer by the deadline")},
+		{"insurance", events.InsuranceCanceled, step("insurance", "insurance", false, "I-1", "card declined")},
 		{"car", events.CarBooked, step("car", "car", true, "B-1", "")},
 		{"car", events.CarRejected, step("car", "car", false, "", "car sold out")},
 		{"car", events.CarFailed, step("car", "car", false, "", "timeout")},
@@ -186,7 +190,7 @@ func TestEventsAsTheServicesMakeThemValidate(t *testing.T) {
 		require.NoError(t, v.Validate(subject, hdr, data), "%s: %s", c.typ, data)
 		seen[c.typ] = true
 	}
-	require.Len(t, seen, len(events.Default.Types), "one case per event type")
+	require.Len(t, seen, len(events.Full().Types), "one case per event type (the optional steps' too)")
 
 	var doc struct {
 		Components struct {

@@ -1,6 +1,6 @@
 // Command asyncapi writes the AsyncAPI 3.0 document of the saga's events,
-// generated from the catalogue (events.Default) and the Go data types of
-// package events:
+// generated from the catalogue with every optional step on (events.Full)
+// and the Go data types of package events:
 //
 //	go run ./events/cmd/asyncapi            # writes events/asyncapi.yaml
 //	go run ./events/cmd/asyncapi -o -       # prints it
@@ -19,7 +19,7 @@ import (
 func main() {
 	out := flag.String("o", asyncapi.Path, `file to write ("-": standard output)`)
 	flag.Parse()
-	b, err := asyncapi.Generate(events.Default)
+	b, err := asyncapi.Generate(events.Full())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "asyncapi:", err)
 		os.Exit(1)
