@@ -163,6 +163,23 @@ func TestTimeline(t *testing.T) {
 		require.Contains(t, page, "unfinished trips")
 	})
 
+	t.Run("Figures", func(t *testing.T) {
+		f, err := b.r.Figures(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, f.Unfinished, "the canceling trip, and the other trip, only requested")
+		require.Len(t, f.HalfPerDay, 7)
+		mfs, err := b.reg.Gather()
+		require.NoError(t, err)
+		got := map[string]float64{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				got[mf.GetName()] = m.GetGauge().GetValue()
+			}
+		}
+		require.Equal(t, float64(f.Unfinished), got["tripsaga_reconciler_unfinished_trips"])
+		require.Positive(t, got["tripsaga_reconciler_oldest_unfinished_age_seconds"])
+	})
+
 	t.Run("Search", func(t *testing.T) {
 		hits, _ := b.r.Search(ctx, trip)
 		require.Equal(t, []SearchHit{{trip, "trip id"}}, hits)
@@ -186,4 +203,16 @@ func TestParseServiceURLs(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidConfig, bad)
 		require.Contains(t, err.Error(), ServiceURLsEnv)
 	}
+}
+
+func TestPercentiles(t *testing.T) {
+	t.Parallel()
+	var ss []sample
+	for i := 1; i <= 100; i++ {
+		ss = append(ss, sample{time.Now(), float64(i) / 1000})
+	}
+	at := percentiles(ss)
+	require.Equal(t, AnswerTimes{N: 100, P50: 50 * time.Millisecond, P95: 95 * time.Millisecond, P99: 99 * time.Millisecond}, at)
+	require.Equal(t, AnswerTimes{}, percentiles(nil))
+	require.Equal(t, AnswerTimes{N: 1, P50: 7 * time.Millisecond, P95: 7 * time.Millisecond, P99: 7 * time.Millisecond}, percentiles([]sample{{time.Now(), .007}}))
 }

@@ -258,6 +258,21 @@ func TestConsoleInBrowser(t *testing.T) {
 	until(base+"/", `document.querySelector("#chart") !== null`, "the chart")
 	shot("5-dashboard")
 
+	// The search finds the trip by its POST's Idempotency-Key too.
+	resp, err := http.Get(base + "/api/search?q=browser-" + card)
+	require.NoError(t, err)
+	var hits struct {
+		Items []struct {
+			TripID  string `json:"trip_id"`
+			Matched string `json:"matched"`
+		} `json:"items"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&hits))
+	resp.Body.Close()
+	require.Len(t, hits.Items, 1)
+	require.Equal(t, trip, hits.Items[0].TripID)
+	require.Equal(t, "Idempotency-Key", hits.Items[0].Matched)
+
 	// `tripsaga timeline` shows the same story.
 	out, err := exec.CommandContext(ctx, bin, "timeline", "--dir", stackDir, email).CombinedOutput()
 	require.NoError(t, err, string(out))
