@@ -322,12 +322,17 @@ func Run(ctx context.Context, env app.Env) error {
 	if err != nil {
 		return err
 	}
-	r.Register(p.Mux)
+	// The dashboard's views are operations views: on OPS_ADDR when set
+	// (app.Process.OpsMux), otherwise on HTTP_ADDR.
+	r.Register(p.OpsMux)
 	op, err := NewOperator(OperatorConfig{Reconciler: r, Token: os.Getenv(OperatorTokenEnv), Registerer: p.Registry, Logger: p.Log})
 	if err != nil {
 		return err
 	}
 	op.Register(p.Mux)
+	if p.OpsMux != p.Mux { // the dashboard's buttons post to where it is served
+		op.Register(p.OpsMux)
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.Serve(ctx) })
 	g.Go(func() error { return op.Run(ctx) })

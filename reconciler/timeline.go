@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/redact"
 	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/saga"
@@ -316,10 +317,11 @@ func eventEntry(stream string, m *jetstream.RawStreamMsg) Entry {
 		en.At = e.Time().UTC()
 	}
 	en.Column = eventColumn(e.Type(), e.Source(), en.Column)
+	// Card tokens and emails are masked in every read view (redact.JSON).
 	if json.Valid(e.Data()) {
-		en.Data = json.RawMessage(e.Data())
+		en.Data = json.RawMessage(redact.JSON(e.Data()))
 	}
-	en.Detail = summarise(e.Data())
+	en.Detail = redact.Text(summarise(e.Data()))
 	return en
 }
 
@@ -343,6 +345,20 @@ func eventColumn(typ, source, fallback string) string {
 // summarise picks the words an operator reads first out of an event's
 // data: the reason, the company record, the status; and for an event no
 // step publishes (an operator's action, say) who did what and why.
+// maskRecord returns a company's record with its card tokens and emails
+// masked (redact.JSON), for the read views.
+func maskRecord(rec provider.Record) provider.Record {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return rec
+	}
+	var out provider.Record
+	if json.Unmarshal(redact.JSON(b), &out) != nil {
+		return rec
+	}
+	return out
+}
+
 func summarise(data []byte) string {
 	var m map[string]any
 	if json.Unmarshal(data, &m) != nil {
@@ -394,7 +410,7 @@ func (r *Reconciler) deadLetterEntries(ctx context.Context, trip string) ([]Entr
 			en.Type, en.ID = e.Type(), e.ID()
 		}
 		if json.Valid(m.Data) {
-			en.Data = json.RawMessage(m.Data)
+			en.Data = json.RawMessage(redact.JSON(m.Data))
 		}
 		out = append(out, en)
 	}
@@ -467,7 +483,7 @@ func (r *Reconciler) companyRecords(ctx context.Context, trip string, steps []sa
 			case err != nil:
 				out[i].Error = err.Error()
 			default:
-				out[i].Record = rec
+				out[i].Record = maskRecord(rec)
 			}
 		})
 	}

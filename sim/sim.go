@@ -35,12 +35,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tripsaga/tripsaga/internal/httpx"
+	"github.com/tripsaga/tripsaga/internal/redact"
 	"github.com/tripsaga/tripsaga/sim/internal/dbsqlc"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
@@ -186,6 +188,15 @@ func (s *Simulators) handleHealthz(w http.ResponseWriter, r *http.Request) {
 }
 
 // logRequests logs every request once, at debug level.
+// logPath is path as the request log shows it: the card token of
+// GET /payments/statements/{card_token} masked (redact.Token).
+func logPath(path string) string {
+	if before, card, ok := strings.Cut(path, "/statements/"); ok {
+		return before + "/statements/" + redact.Token(card)
+	}
+	return path
+}
+
 func (s *Simulators) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -193,7 +204,7 @@ func (s *Simulators) logRequests(next http.Handler) http.Handler {
 		next.ServeHTTP(rec, r)
 		s.log.DebugContext(r.Context(), "sim request",
 			"method", r.Method,
-			"path", r.URL.Path,
+			"path", logPath(r.URL.Path),
 			"idempotency_key", r.Header.Get("Idempotency-Key"),
 			"status", rec.Status, // 0: no answer (lost, hung or hijacked)
 			"duration_ms", time.Since(start).Milliseconds())

@@ -6,12 +6,14 @@ package app
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"strconv"
 	"sync/atomic"
@@ -26,6 +28,7 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/doctor"
+	"github.com/tripsaga/tripsaga/internal/redact"
 	"github.com/tripsaga/tripsaga/internal/tracing"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
@@ -35,6 +38,10 @@ type Env struct {
 	NATSURL     string // NATS_URL
 	DatabaseURL string // DATABASE_URL
 	HTTPAddr    string // HTTP_ADDR
+	// OpsAddr (OPS_ADDR), when set, is the only address serving /metrics,
+	// /debug/pprof and the reconciler's dashboard (e.g. 127.0.0.1:9091):
+	// HTTP_ADDR then answers 404 for them. Unset, HTTP_ADDR serves them.
+	OpsAddr     string
 	HotelURL    string // HOTEL_URL
 	PaymentsURL string // PAYMENTS_URL
 	CarsURL     string // CARS_URL
@@ -70,7 +77,7 @@ func EnvFromOS() (Env, error) {
 	}
 	ms := func(k string) time.Duration { return time.Duration(num(k)) * time.Millisecond }
 	e := Env{
-		NATSURL: os.Getenv("NATS_URL"), DatabaseURL: os.Getenv("DATABASE_URL"), HTTPAddr: os.Getenv("HTTP_ADDR"),
+		NATSURL: os.Getenv("NATS_URL"), DatabaseURL: os.Getenv("DATABASE_URL"), HTTPAddr: os.Getenv("HTTP_ADDR"), OpsAddr: os.Getenv("OPS_ADDR"),
 		HotelURL: os.Getenv("HOTEL_URL"), PaymentsURL: os.Getenv("PAYMENTS_URL"), CarsURL: os.Getenv("CARS_URL"), MailURL: os.Getenv("MAIL_URL"),
 		InsurerURL:  os.Getenv("INSURER_URL"),
 		CallTimeout: ms("CALL_TIMEOUT_MS"), StepDeadline: ms("STEP_DEADLINE_MS"), UndoBackoffMax: ms("UNDO_BACKOFF_MAX_MS"),
@@ -112,9 +119,13 @@ type Process struct {
 	JS       jetstream.JetStream
 	Registry *prometheus.Registry
 	Mux      *http.ServeMux
-	ready    atomic.Bool
-	checks   []func(context.Context) error
-	details  []func(context.Context) ([]string, error)
+	// OpsMux holds the operations views (/metrics, /debug/pprof, the
+	// reconciler's dashboard): Mux itself when Env.OpsAddr is empty,
+	// otherwise a mux served on OPS_ADDR only.
+	OpsMux  *http.ServeMux
+	ready   atomic.Bool
+	checks  []func(context.Context) error
+	details []func(context.Context) ([]string, error)
 
 	// stopTracing flushes the OTLP export (internal/tracing.Setup).
 	stopTracing func(context.Context) error
@@ -128,9 +139,15 @@ type Process struct {
 func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets ...string) (*Process, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("service", name)
 	p := &Process{Name: name, Env: env, Log: log, Registry: prometheus.NewRegistry(), Mux: http.NewServeMux()}
+	p.OpsMux = p.Mux
+	if env.OpsAddr != "" {
+		p.OpsMux = http.NewServeMux()
+	}
 	p.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// DATABASE_URL is the process's own role (internal/pgroles), which
+	// owns schema: the migrations run as it.
 	if err := tripsql.Migrate(ctx, env.DatabaseURL, schema, sets...); err != nil {
-		return nil, err
+		return nil, postgresError(err, env.DatabaseURL)
 	}
 	cfg, err := pgxpool.ParseConfig(env.DatabaseURL)
 	if err != nil {
@@ -152,7 +169,7 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 		p.NATS, err = nats.Connect(env.NATSURL, nats.Name("tripsaga-"+name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 		if err != nil {
 			p.Pool.Close()
-			return nil, fmt.Errorf("nats %s: %w", env.NATSURL, err)
+			return nil, fmt.Errorf("nats %s: %w", redact.URL(env.NATSURL), err)
 		}
 		p.JS, err = jetstream.New(p.NATS)
 		if err != nil {
@@ -207,6 +224,24 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 		log.Info("tracing: spans exported with OTLP", "endpoint", os.Getenv(tracing.EnvEndpoint))
 	}
 	return p, nil
+}
+
+// postgresError names DATABASE_URL's sslrootcert when err is the
+// server's TLS certificate not being trusted (sslmode=verify-ca or
+// verify-full); other errors are returned as they are. pgx's errors name
+// the host and user, never the password.
+func postgresError(err error, databaseURL string) error {
+	var unknownCA x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	var host x509.HostnameError
+	if !errors.As(err, &unknownCA) && !errors.As(err, &invalid) && !errors.As(err, &host) {
+		return err
+	}
+	root := "unset: the system's roots"
+	if u, perr := url.Parse(databaseURL); perr == nil && u.Query().Get("sslrootcert") != "" {
+		root = u.Query().Get("sslrootcert")
+	}
+	return fmt.Errorf("postgres: the server's TLS certificate is not trusted (DATABASE_URL sslrootcert=%s): %w", root, err)
 }
 
 // WaitJetStream waits until JetStream answers (its account info), at most
@@ -279,7 +314,9 @@ func (p *Process) Close() {
 }
 
 // Serve serves HTTP on Env.HTTPAddr until ctx ends: Mux plus /healthz,
-// /readyz (ready, and PostgreSQL and NATS answer) and /metrics. A path or
+// /readyz (ready, and PostgreSQL and NATS answer), and OpsMux's /metrics
+// and /debug/pprof, on HTTP_ADDR, or, when OPS_ADDR is set, on OPS_ADDR
+// only (with a /healthz). A path or
 // method Mux does not serve answers 404 or 405 problem+json (see
 // [Problems]); while NATS is disconnected every API path answers 503
 // problem+json with Retry-After (see [Guard]).
@@ -313,9 +350,18 @@ func (p *Process) Serve(ctx context.Context) error {
 			}
 		}
 	})
-	p.Mux.Handle("GET /metrics", promhttp.HandlerFor(p.Registry, promhttp.HandlerOpts{}))
-	p.Mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	p.Mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	ops := p.OpsMux
+	if ops == nil {
+		ops = p.Mux
+	}
+	ops.Handle("GET /metrics", promhttp.HandlerFor(p.Registry, promhttp.HandlerOpts{}))
+	ops.HandleFunc("GET /debug/pprof/", pprof.Index)
+	ops.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	if ops != p.Mux {
+		if err := p.serveOps(ctx, ops); err != nil {
+			return err
+		}
+	}
 	ln, err := Listen(p.Env.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("HTTP_ADDR %s: %w", p.Env.HTTPAddr, err)
@@ -331,6 +377,33 @@ func (p *Process) Serve(ctx context.Context) error {
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
+	return nil
+}
+
+// serveOps serves ops, plus /healthz, on Env.OpsAddr until ctx ends (in
+// the background; an error is that of its listen).
+func (p *Process) serveOps(ctx context.Context, ops *http.ServeMux) error {
+	ops.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	ln, err := net.Listen("tcp", p.Env.OpsAddr)
+	if err != nil {
+		return fmt.Errorf("OPS_ADDR %s: %w", p.Env.OpsAddr, err)
+	}
+	srv := &http.Server{Handler: Problems(ops), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	p.Log.Info("operations views listening", "addr", ln.Addr().String())
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			p.Log.Error("operations views", "err", err)
+		}
+	}()
 	return nil
 }
 
