@@ -22,10 +22,10 @@ import (
 // nothing charged. Skipped when the whole suite already runs with four
 // steps (STEPS in the environment).
 func TestSituationsWithInsurance(t *testing.T) {
+	require.NotEmpty(t, bin, "TestMain builds the binary")
 	if demo.InsuranceOn() {
 		t.Skip("STEPS names insurance: TestSituations runs every situation with four steps")
 	}
-	require.NotEmpty(t, bin, "TestMain builds the binary")
 	dir := t.TempDir()
 	require.NoError(t, os.Chmod(dir, 0o711))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -14,12 +14,25 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/outbox"
 )
 
 // outboxServices are the services with an outbox; each keeps it in the
 // PostgreSQL schema of its name.
 var outboxServices = []string{"trips", "hotel", "payment", "car"} //nolint:gochecknoglobals // constant list
+
+// outboxServicesOn returns outboxServices and the service of each optional
+// step this process's STEPS turns on ("insurance").
+func outboxServicesOn() []string {
+	all := slices.Clone(outboxServices)
+	for _, st := range events.Selected().Saga() {
+		if !slices.Contains(all, st.Service) {
+			all = append(all, st.Service)
+		}
+	}
+	return all
+}
 
 func outboxCmd() *cobra.Command {
 	var dir string
@@ -47,7 +60,8 @@ Both reach PostgreSQL by DATABASE_URL, or, with --dir D, through the
 the default folder .tripsaga.`,
 	}
 	cmd.PersistentFlags().StringVar(&dir, "dir", "", "`folder` of a running tripsaga up to use instead of DATABASE_URL")
-	cmd.PersistentFlags().StringSliceVar(&services, "service", outboxServices, "services whose outbox to use: "+strings.Join(outboxServices, ", "))
+	known := outboxServicesOn()
+	cmd.PersistentFlags().StringSliceVar(&services, "service", known, "services whose outbox to use: "+strings.Join(known, ", "))
 
 	var asJSON, waiting bool
 	var limit int
@@ -145,8 +159,8 @@ type serviceRow struct {
 // and returns the rows it returned tagged with the service.
 func eachOutbox(ctx context.Context, dir string, services []string, f func(context.Context, *pgxpool.Pool) ([]outbox.Row, error)) ([]serviceRow, error) {
 	for _, s := range services {
-		if !slices.Contains(outboxServices, s) {
-			return nil, fmt.Errorf("--service %q: not a service with an outbox (%s)", s, strings.Join(outboxServices, ", "))
+		if known := outboxServicesOn(); !slices.Contains(known, s) {
+			return nil, fmt.Errorf("--service %q: not a service with an outbox (%s)", s, strings.Join(known, ", "))
 		}
 	}
 	env, err := envForTool(dir, "DATABASE_URL")
