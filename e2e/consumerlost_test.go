@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 )
 
@@ -51,7 +51,7 @@ func consumersLost(t *testing.T, process string) float64 {
 // and in the reconciler's view.
 func TestDeletedConsumersAreRecreated(t *testing.T) {
 	ctx := context.Background()
-	nc, err := nats.Connect(sys.NATSURL)
+	nc, err := sys.ConnectNATS(natsauth.Admin)
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)

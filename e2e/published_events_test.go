@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/events/asyncapi"
 	"github.com/tripsaga/tripsaga/internal/demo"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/sim"
 )
 
@@ -67,7 +67,7 @@ func TestPublishedEventsMatchTheAsyncAPIDocument(t *testing.T) {
 	}
 	require.Len(t, mine, 4)
 
-	nc, err := nats.Connect(sys.NATSURL)
+	nc, err := sys.ConnectNATS(natsauth.Admin)
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/outbox"
 )
@@ -102,7 +103,7 @@ func TestAnInvalidRequestInAnEventIsParked(t *testing.T) {
 func deadLetterStream(t *testing.T) (jetstream.JetStream, jetstream.Stream, *jetstream.StreamInfo) {
 	t.Helper()
 	ctx := context.Background()
-	nc, err := nats.Connect(sys.NATSURL)
+	nc, err := sys.ConnectNATS(natsauth.Admin)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -60,16 +61,61 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, c Catalogue) err
 // process started without STREAM_REPLICAS, a tool say, never shrinks a
 // cluster's streams).
 func EnsureStreamsReplicas(ctx context.Context, js jetstream.JetStream, c Catalogue, replicas int) error {
+	var names []string
+	for name := range c.StreamSubjects() {
+		names = append(names, name)
+	}
+	return EnsureStreamsOf(ctx, js, c, replicas, append(names, StreamDeadLetter), nil)
+}
+
+// OwnedStreams lists, sorted, the streams of c that hold an event type
+// service publishes: the streams service creates and updates (its NATS
+// identity may not touch the others, internal/natsauth).
+func (c Catalogue) OwnedStreams(service string) []string {
+	var out []string
+	for _, t := range c.Types {
+		if t.Service == service && !slices.Contains(out, t.Stream) {
+			out = append(out, t.Stream)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// EnsureServiceStreams is what a service process ensures at start: the
+// streams it owns ([Catalogue.OwnedStreams]) are created or updated, and,
+// when it consumes any event (and so may park one), the dead-letter stream
+// is created if it is missing and otherwise left as it is.
+func EnsureServiceStreams(ctx context.Context, js jetstream.JetStream, c Catalogue, service string, replicas int) error {
+	var createOnly []string
+	if len(c.Consumes(service)) > 0 {
+		createOnly = []string{StreamDeadLetter}
+	}
+	return EnsureStreamsOf(ctx, js, c, replicas, c.OwnedStreams(service), createOnly)
+}
+
+// EnsureStreamsOf creates or updates the streams named in names (streams
+// of c or [StreamDeadLetter]) with replicas copies each, as
+// [EnsureStreamsReplicas] does, and creates each of createOnly that is
+// missing, leaving an existing one as it is.
+func EnsureStreamsOf(ctx context.Context, js jetstream.JetStream, c Catalogue, replicas int, names, createOnly []string) error {
 	subjects := c.StreamSubjects()
 	subjects[StreamDeadLetter] = []string{DeadLetterSubjectPrefix + ".>"}
-	for name, subs := range subjects {
+	for _, name := range append(slices.Clone(names), createOnly...) {
+		subs, ok := subjects[name]
+		if !ok {
+			return fmt.Errorf("stream %s: %w: not a stream of the catalogue", name, ErrInvalidCatalogue)
+		}
 		n := max(replicas, 1)
 		if s, err := js.Stream(ctx, name); err == nil {
+			if slices.Contains(createOnly, name) && !slices.Contains(names, name) {
+				continue
+			}
 			n = max(n, s.CachedInfo().Config.Replicas)
 		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("stream %s: %w", name, err)
 		}
-		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		cfg := jetstream.StreamConfig{
 			Name:       name,
 			Subjects:   subs,
 			Retention:  jetstream.LimitsPolicy,
@@ -78,7 +124,13 @@ func EnsureStreamsReplicas(ctx context.Context, js jetstream.JetStream, c Catalo
 			MaxAge:     MaxAge,
 			Discard:    jetstream.DiscardOld,
 			Replicas:   n,
-		})
+		}
+		var err error
+		if slices.Contains(names, name) {
+			_, err = js.CreateOrUpdateStream(ctx, cfg)
+		} else if _, err = js.CreateStream(ctx, cfg); errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			err = nil // made meanwhile, by another process
+		}
 		if err != nil {
 			return fmt.Errorf("stream %s: %w", name, err)
 		}

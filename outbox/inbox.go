@@ -340,6 +340,18 @@ func NewInbox(cfg InboxConfig) (*Inbox, error) {
 // start is only ever chosen when the consumer is created.
 func (in *Inbox) Run(ctx context.Context) error {
 	cons, err := in.ensure(ctx)
+	// A stream is created by the service that owns it (its NATS identity
+	// may create no other): one that does not exist yet is waited for, so
+	// processes may start in any order.
+	for delay := 200 * time.Millisecond; errors.Is(err, jetstream.ErrStreamNotFound); delay = min(2*delay, 5*time.Second) {
+		in.cfg.Logger.Warn("inbox: the stream does not exist yet (its service creates it at start); waiting for it", "consumer", in.cfg.Name, "stream", in.cfg.Stream, "delay", delay)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		cons, err = in.ensure(ctx)
+	}
 	if err != nil {
 		return err
 	}

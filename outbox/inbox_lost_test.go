@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
@@ -278,9 +279,7 @@ func TestInboxNATSRestartIsNotALoss(t *testing.T) {
 	pool, _ := testenv.SchemaPool(t, "svc", tripsql.SetSaga)
 	srv, opts := testenv.NATSWith(t, nil)
 	opts.Port = srv.Addr().(*net.TCPAddr).Port
-	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
+	nc := testenv.Connect(t, srv, natsauth.Admin, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	ctx := context.Background()

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
@@ -200,9 +201,7 @@ func TestRelayCauses(t *testing.T) {
 		t.Parallel()
 		pool, _ := testenv.SchemaPool(t, "svc", tripsql.SetSaga)
 		srv, opts := testenv.NATSWith(t, func(o *server.Options) { o.JetStreamMaxStore = 64 << 10 })
-		nc, err := nats.Connect(srv.ClientURL())
-		require.NoError(t, err)
-		t.Cleanup(nc.Close)
+		nc := testenv.Connect(t, srv, natsauth.Admin)
 		js, err := jetstream.New(nc)
 		require.NoError(t, err)
 		require.NoError(t, events.EnsureStreams(context.Background(), js, events.Default))

@@ -80,7 +80,10 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	}
 	relay, err := outbox.NewRelay(outbox.RelayConfig{
 		Pool: cfg.Pool, JetStream: cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer,
-		EnsureStreams: func(ctx context.Context) error { return events.EnsureStreams(ctx, cfg.JetStream, cfg.Catalogue) },
+		EnsureStreams: func(ctx context.Context) error {
+			n, _ := events.StreamReplicas()
+			return events.EnsureServiceStreams(ctx, cfg.JetStream, cfg.Catalogue, cfg.Spec.Service, n)
+		},
 	})
 	if err != nil {
 		return nil, err

@@ -10,7 +10,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/doctor"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 )
 
 func doctorCmd() *cobra.Command {
@@ -56,9 +58,9 @@ the default folder .tripsaga.`,
 			if err != nil {
 				return fmt.Errorf("doctor: %w", err)
 			}
-			nc, err := nats.Connect(env.NATSURL, nats.Name("tripsaga-doctor"), nats.Timeout(5*time.Second))
+			nc, err := app.ConnectNATS(env, natsauth.Admin, nats.Name("tripsaga-doctor"), nats.Timeout(5*time.Second))
 			if err != nil {
-				return fmt.Errorf("doctor: nats %s: %w", env.NATSURL, err)
+				return fmt.Errorf("doctor: %w", err)
 			}
 			defer nc.Close()
 			js, err := jetstream.New(nc)

@@ -6,12 +6,13 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/doctor"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 )
 
@@ -32,6 +33,7 @@ func runDoctorCmd(t *testing.T, args ...string) (string, error) {
 func TestDoctor(t *testing.T) {
 	srv := testenv.NATS(t)
 	t.Setenv("NATS_URL", srv.ClientURL())
+	t.Setenv(natsauth.EnvCreds, testenv.Creds(t, srv, natsauth.Admin))
 
 	out, err := runDoctorCmd(t, "--json")
 	require.Error(t, err, out)
@@ -41,7 +43,7 @@ func TestDoctor(t *testing.T) {
 	require.Equal(t, doctor.RuleStreamMissing, fs[0].Rule)
 
 	ctx := context.Background()
-	js := connectJS(t, srv.ClientURL())
+	js := connectJS(t, srv)
 	require.NoError(t, events.EnsureStreams(ctx, js, events.Default))
 	out, err = runDoctorCmd(t, "--json")
 	require.NoError(t, err, out)
@@ -77,11 +79,9 @@ func TestDoctor(t *testing.T) {
 	require.Contains(t, out, "rule from: ")
 }
 
-func connectJS(t *testing.T, url string) jetstream.JetStream {
+func connectJS(t *testing.T, srv *server.Server) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
+	nc := testenv.Connect(t, srv, natsauth.Admin)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	return js

@@ -29,7 +29,11 @@ child process it restarts on the same ports and store.
 When HTTP_ADDR (or the socket a supervisor hands down, TRIPSAGA_LISTEN_FD)
 is set, it serves GET /healthz and GET /readyz there: ready once the node
 is in the cluster with a meta leader and its streams and consumers are
-current (nats-server's healthz).`,
+current (nats-server's healthz).
+
+With --config it requires its clients to be the users of that
+nats-server configuration file (tripsaga up writes D/nats-server.conf,
+the identities of internal/natsauth; compose ships the same file).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if routes != "" {
@@ -54,6 +58,7 @@ current (nats-server's healthz).`,
 	f.StringVar(&routes, "routes", "", "comma-separated route URLs of every node (nats://127.0.0.1:6222,...)")
 	f.StringVar(&n.ClusterName, "cluster-name", stack.ClusterName, "cluster name")
 	f.StringVar(&n.StoreDir, "store", "", "JetStream store `folder` (required)")
+	f.StringVar(&n.ConfigFile, "config", "", "nats-server configuration `file` whose users (with their permissions) clients must be, as internal/natsauth makes it (tripsaga up writes one)")
 	_ = cmd.MarkFlagRequired("store")
 	return cmd
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/doctor"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/redact"
 	"github.com/tripsaga/tripsaga/internal/tracing"
 	tripsql "github.com/tripsaga/tripsaga/sql"
@@ -57,6 +58,10 @@ type Env struct {
 	// existing stream with fewer is raised to it; doctor refuses it above
 	// the cluster's size.
 	StreamReplicas int
+	// NATSClient is the process's NATS identity and TLS files
+	// (NATS_CREDS, NATS_CA_FILE, NATS_CERT_FILE, NATS_KEY_FILE; see
+	// internal/natsauth).
+	NATSClient natsauth.Client
 }
 
 // EnvFromOS reads [Env] from the environment. A timing variable that is
@@ -82,6 +87,7 @@ func EnvFromOS() (Env, error) {
 		InsurerURL:  os.Getenv("INSURER_URL"),
 		CallTimeout: ms("CALL_TIMEOUT_MS"), StepDeadline: ms("STEP_DEADLINE_MS"), UndoBackoffMax: ms("UNDO_BACKOFF_MAX_MS"),
 		VerifyAfter: ms("VERIFY_AFTER_MS"), IncidentAfter: num("INCIDENT_AFTER"),
+		NATSClient: natsauth.ClientFromEnv(),
 	}
 	var err error
 	if e.StreamReplicas, err = events.StreamReplicas(); err != nil {
@@ -166,10 +172,12 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 	if withNATS {
 		// NATS_URL may list several servers, comma-separated (a cluster):
 		// nats.Connect takes the list and reconnects to any of them.
-		p.NATS, err = nats.Connect(env.NATSURL, nats.Name("tripsaga-"+name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+		// It connects as its own identity (NATS_CREDS), with its own
+		// inbox prefix, and may do only what internal/natsauth allows it.
+		p.NATS, err = ConnectNATS(env, name, nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 		if err != nil {
 			p.Pool.Close()
-			return nil, fmt.Errorf("nats %s: %w", redact.URL(env.NATSURL), err)
+			return nil, err
 		}
 		p.JS, err = jetstream.New(p.NATS)
 		if err != nil {
@@ -202,7 +210,7 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 			p.Close()
 			return nil, fmt.Errorf("refusing to start: %w", err)
 		}
-		if err := EnsureStreams(ctx, p.JS, dcfg.StreamReplicas, 30*time.Second); err != nil {
+		if err := EnsureStreams(ctx, p.JS, name, dcfg.StreamReplicas, 30*time.Second); err != nil {
 			p.Close()
 			return nil, err
 		}
@@ -224,6 +232,33 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 		log.Info("tracing: spans exported with OTLP", "endpoint", os.Getenv(tracing.EnvEndpoint))
 	}
 	return p, nil
+}
+
+// ConnectNATS connects to env.NATSURL (one URL or a comma-separated list;
+// tls:// for TLS) as identity (a service or natsauth.Admin) with the
+// credentials and TLS files of env.NATSClient, its own inbox prefix, and
+// the options given. An error names the URL and, when the server's
+// certificate is not trusted, NATS_CA_FILE.
+func ConnectNATS(env Env, identity string, opts ...nats.Option) (*nats.Conn, error) {
+	aopts, err := env.NATSClient.Options(identity)
+	if err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	nc, err := nats.Connect(env.NATSURL, append(append([]nats.Option{nats.Name("tripsaga-" + identity)}, opts...), aopts...)...)
+	if err != nil {
+		var unknownCA x509.UnknownAuthorityError
+		var invalid x509.CertificateInvalidError
+		var host x509.HostnameError
+		if errors.As(err, &unknownCA) || errors.As(err, &invalid) || errors.As(err, &host) {
+			ca := env.NATSClient.CAFile
+			if ca == "" {
+				ca = "unset: the system's roots"
+			}
+			return nil, fmt.Errorf("nats %s: the server's TLS certificate is not trusted (%s=%s): %w", redact.URL(env.NATSURL), natsauth.EnvCAFile, ca, err)
+		}
+		return nil, fmt.Errorf("nats %s: %w", redact.URL(env.NATSURL), err)
+	}
+	return nc, nil
 }
 
 // postgresError names DATABASE_URL's sslrootcert when err is the
@@ -265,14 +300,22 @@ func WaitJetStream(ctx context.Context, js jetstream.JetStream, wait time.Durati
 	}
 }
 
-// EnsureStreams creates or updates the catalogue's streams with replicas
-// copies (events.EnsureStreamsReplicas), trying again for at most wait: in
-// a JetStream cluster a stream being created, or raised to more replicas,
-// by several processes at once may time out until its group has a leader.
-func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int, wait time.Duration) error {
+// EnsureStreams creates or updates the streams identity may (with
+// replicas copies): every stream for natsauth.Admin
+// (events.EnsureStreamsReplicas), a service's own streams and the
+// dead-letter stream when missing (events.EnsureServiceStreams). It tries
+// again for at most wait: in a JetStream cluster a stream being created,
+// or raised to more replicas, by several processes at once may time out
+// until its group has a leader.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, identity string, replicas int, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for {
-		err := events.EnsureStreamsReplicas(ctx, js, events.Selected(), replicas)
+		var err error
+		if identity == natsauth.Admin {
+			err = events.EnsureStreamsReplicas(ctx, js, events.Selected(), replicas)
+		} else {
+			err = events.EnsureServiceStreams(ctx, js, events.Selected(), identity, replicas)
+		}
 		if err == nil || time.Now().After(deadline) {
 			return err
 		}

@@ -4,13 +4,13 @@ import (
 	"context"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/doctor"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/services/hotel"
 )
@@ -21,9 +21,7 @@ import (
 func TestServiceRefusesToStartOnViolation(t *testing.T) {
 	ctx := context.Background()
 	srv := testenv.NATS(t)
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
+	nc := testenv.Connect(t, srv, natsauth.Admin)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
@@ -34,7 +32,7 @@ func TestServiceRefusesToStartOnViolation(t *testing.T) {
 
 	env := app.Env{
 		NATSURL: srv.ClientURL(), DatabaseURL: testenv.Postgres(t), HTTPAddr: "127.0.0.1:0",
-		HotelURL: "http://127.0.0.1:1",
+		HotelURL: "http://127.0.0.1:1", NATSClient: testenv.Client(t, srv, "hotel"),
 	}
 	err = hotel.Run(ctx, env)
 	require.ErrorIs(t, err, doctor.ErrViolation)
@@ -59,14 +57,13 @@ func TestServiceRefusesReplicasAboveTheCluster(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, env.StreamReplicas)
 	env.NATSURL, env.DatabaseURL, env.HTTPAddr, env.HotelURL = srv.ClientURL(), testenv.Postgres(t), "127.0.0.1:0", "http://127.0.0.1:1"
+	env.NATSClient = testenv.Client(t, srv, "hotel")
 	err = hotel.Run(ctx, env)
 	require.ErrorIs(t, err, doctor.ErrViolation)
 	require.ErrorContains(t, err, doctor.RuleStreamReplicas)
 	require.ErrorContains(t, err, "3 replicas but the cluster has 1 server")
 
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
+	nc := testenv.Connect(t, srv, natsauth.Admin)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	_, err = js.Stream(ctx, events.StreamHotel)

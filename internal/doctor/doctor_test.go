@@ -14,6 +14,7 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/doctor"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/outbox"
 	tripsql "github.com/tripsaga/tripsaga/sql"
@@ -251,9 +252,7 @@ func TestExplicitConsumerPasses(t *testing.T) {
 // no service has created yet; at a service's start they are no finding.
 func TestMissingStreams(t *testing.T) {
 	srv := testenv.NATS(t)
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
+	nc := testenv.Connect(t, srv, natsauth.Admin)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	cfg := doctor.DefaultConfig()

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 )
 
 // EnvFile is the file in a stack's folder that a running stack writes
@@ -21,8 +23,10 @@ const EnvFile = "up.env"
 // (comma-separated client URLs in a NATS cluster), DATABASE_URL, the
 // companies (HOTEL_URL, PAYMENTS_URL, CARS_URL, MAIL_URL), TRIPS_URL and
 // RECONCILER_URL (the first replicas), TRIPS_URLS (every trips replica,
-// comma-separated) and STREAM_REPLICAS (what the services create the
-// streams with, so a tool using this stack asks for the same).
+// comma-separated), STREAM_REPLICAS (what the services create the
+// streams with, so a tool using this stack asks for the same), and
+// NATS_CREDS and NATS_NKEY (the nats CLI's name for it): the seed file of
+// the operator identity, natsauth.Admin, which the tools connect as.
 func (s *Stack) Env() map[string]string {
 	env := s.CompanyURLs()
 	env["NATS_URL"] = s.NATSURL
@@ -31,6 +35,8 @@ func (s *Stack) Env() map[string]string {
 	env["TRIPS_URLS"] = strings.Join(s.URLs("trips"), ",")
 	env["RECONCILER_URL"] = s.URL("reconciler")
 	env["STREAM_REPLICAS"] = strconv.Itoa(s.StreamReplicas())
+	env[natsauth.EnvCreds] = s.Creds(natsauth.Admin)
+	env["NATS_NKEY"] = s.Creds(natsauth.Admin)
 	return env
 }
 

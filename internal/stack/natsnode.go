@@ -28,6 +28,12 @@ type NATSNode struct {
 	Routes      []string // every node's route URL (nats://127.0.0.1:R), its own included
 	ClusterName string   // defaults to [ClusterName]
 	StoreDir    string   // JetStream store
+	// ConfigFile, when set, is a nats-server configuration file whose
+	// users (authorization: nkeys and users, with their permissions) the
+	// node requires of its clients: the file internal/natsauth.ServerConf
+	// makes (up writes it into its folder; compose ships it). Routes
+	// between the nodes are not users and are not affected.
+	ConfigFile string
 }
 
 func (n NATSNode) options() (*server.Options, error) {
@@ -44,6 +50,13 @@ func (n NATSNode) options() (*server.Options, error) {
 		// A killed peer is noticed within seconds, not after the default
 		// 2-minute ping interval.
 		PingInterval: 2 * time.Second, MaxPingsOut: 2,
+	}
+	if n.ConfigFile != "" {
+		fopts, err := server.ProcessConfigFile(n.ConfigFile)
+		if err != nil {
+			return nil, fmt.Errorf("nats %s: --config %s: %w", n.Name, n.ConfigFile, err)
+		}
+		opts.Nkeys, opts.Users, opts.NoAuthUser = fopts.Nkeys, fopts.Users, fopts.NoAuthUser
 	}
 	if n.ClusterPort > 0 {
 		name := n.ClusterName

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
@@ -23,6 +22,7 @@ import (
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/demo"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 )
 
@@ -266,7 +266,7 @@ func TestNATSClusterNodeKilled(t *testing.T) {
 	require.Equal(t, []string{"nats-1", "nats-2", "nats-3"}, s.Instances()[:3])
 	require.Len(t, strings.Split(s.NATSURL, ","), 3)
 	require.Equal(t, 3, s.StreamReplicas())
-	nc, err := nats.Connect(s.NATSURL)
+	nc, err := s.ConnectNATS(natsauth.Admin)
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -285,7 +285,7 @@ func TestNATSClusterNodeKilled(t *testing.T) {
 	cfg.Replicas = 1
 	_, err = js.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
-	require.NoError(t, app.EnsureStreams(ctx, js, 3, 30*time.Second))
+	require.NoError(t, app.EnsureStreams(ctx, js, natsauth.Admin, 3, 30*time.Second))
 	require.NoError(t, events.EnsureStreamsReplicas(ctx, js, events.Default, 1))
 	dl, err = js.Stream(ctx, events.StreamDeadLetter)
 	require.NoError(t, err)

@@ -28,11 +28,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
 	"github.com/tripsaga/tripsaga/internal/pgroles"
 	"github.com/tripsaga/tripsaga/internal/redact"
@@ -350,6 +350,12 @@ func (s *Stack) start(ctx context.Context) error {
 	for _, p := range ports {
 		portOf[p.For] = p.Port
 	}
+	// Every process connects to NATS as its own identity
+	// (internal/natsauth), its seed in Dir/auth.
+	natsIDs, pubs, err := s.provisionNATS()
+	if err != nil {
+		return err
+	}
 	// The children, in start order.
 	if n := cfg.NATSCluster; n > 1 {
 		if err := s.planCluster(n, portOf); err != nil {
@@ -398,6 +404,9 @@ func (s *Stack) start(ctx context.Context) error {
 			ServerName: "tripsaga", Host: "127.0.0.1", Port: natsPort, JetStream: true,
 			StoreDir: filepath.Join(cfg.Dir, "nats"), NoSigs: true, NoLog: true,
 		}
+		if err := natsauth.Configure(&s.natsOpts, natsIDs, pubs); err != nil {
+			return err
+		}
 		ns, err := startNATS(s.natsOpts)
 		if err != nil {
 			return err
@@ -444,10 +453,10 @@ func (s *Stack) start(ctx context.Context) error {
 			}
 		}
 	}
-	if cfg.NATSCluster > 1 {
-		if err := s.ensureStreams(ctx); err != nil {
-			return err
-		}
+	// up creates every stream (as natsauth.Admin) before the services
+	// start; each service may create or update only its own.
+	if err := s.ensureStreams(ctx); err != nil {
+		return err
 	}
 	for _, in := range s.insts {
 		if in.process == "nats" {
@@ -470,13 +479,14 @@ func (s *Stack) start(ctx context.Context) error {
 	return s.writeEnvFile()
 }
 
-// ensureStreams creates the streams on the cluster (with
-// [Stack.StreamReplicas] replicas) before the services start, so that ten
-// processes do not race to create them; each service ensures them again.
+// ensureStreams creates every stream (with [Stack.StreamReplicas]
+// replicas), as natsauth.Admin, before the services start, so that ten
+// processes do not race to create them; each service ensures its own
+// again.
 func (s *Stack) ensureStreams(ctx context.Context) error {
-	nc, err := nats.Connect(s.NATSURL, nats.Name("tripsaga-up"), nats.Timeout(5*time.Second))
+	nc, err := s.ConnectNATS(natsauth.Admin)
 	if err != nil {
-		return fmt.Errorf("stack: nats %s: %w", s.NATSURL, err)
+		return fmt.Errorf("stack: %w", err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -486,7 +496,7 @@ func (s *Stack) ensureStreams(ctx context.Context) error {
 	if err := app.WaitJetStream(ctx, js, time.Minute); err != nil {
 		return fmt.Errorf("stack: %w", err)
 	}
-	if err := app.EnsureStreams(ctx, js, s.StreamReplicas(), time.Minute); err != nil {
+	if err := app.EnsureStreams(ctx, js, natsauth.Admin, s.StreamReplicas(), time.Minute); err != nil {
 		return fmt.Errorf("stack: %w", err)
 	}
 	return nil
@@ -545,7 +555,8 @@ func (s *Stack) planCluster(n int, portOf map[string]int) error {
 			name: name, process: "nats", natsClient: client[i], natsRoute: route[i],
 			args: []string{"serve", "nats", "--name", name, "--port", strconv.Itoa(client[i]),
 				"--cluster-port", strconv.Itoa(route[i]), "--routes", strings.Join(routes, ","),
-				"--cluster-name", ClusterName, "--store", store},
+				"--cluster-name", ClusterName, "--store", store,
+				"--config", filepath.Join(s.cfg.Dir, NATSConf)},
 		})
 	}
 	s.NATSURL = strings.Join(urls, ",")
@@ -696,6 +707,7 @@ func (s *Stack) env(name string) []string {
 		}
 	}
 	env = append(env, "SERVICE_URLS="+strings.Join(ops, ","))
+	env = append(env, s.natsEnv(name)...)
 	return append(env, s.cfg.Env...)
 }
 

@@ -19,10 +19,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 )
 
@@ -217,7 +217,7 @@ func TestStackSupervisesItsFolderAndDependencies(t *testing.T) {
 		s.mu.Unlock()
 		ns.Shutdown()
 		testenv.Eventually(t, func() bool { return strings.Contains(log.String(), "embedded NATS restarted") }, "the supervisor says NATS restarted")
-		nc, err := nats.Connect(s.NATSURL)
+		nc, err := s.ConnectNATS(natsauth.Admin)
 		require.NoError(t, err)
 		defer nc.Close()
 		js, err := jetstream.New(nc)

@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
 	"github.com/tripsaga/tripsaga/internal/pgroles"
 	tripsql "github.com/tripsaga/tripsaga/sql"
@@ -185,9 +186,15 @@ func NATSWith(tb testing.TB, mod func(*server.Options)) (*server.Server, *server
 	if mod != nil {
 		mod(opts)
 	}
+	// Every client connects as one of the system's identities, with its
+	// permissions (internal/natsauth): see [Connect] and [Creds].
+	creds := identities(tb, opts)
 	s, err := server.NewServer(opts)
 	if err != nil {
 		tb.Fatalf("testenv: nats: %v", err)
+	}
+	if creds != "" {
+		credsDirs.Store(s, creds)
 	}
 	go s.Start()
 	if !s.ReadyForConnections(10 * time.Second) {
@@ -247,16 +254,13 @@ func SchemaPool(tb testing.TB, schema string, sets ...string) (*pgxpool.Pool, st
 	return pool, url
 }
 
-// JetStream starts an embedded server (see [NATS]), connects to it and
-// creates the event streams of the default catalogue.
+// JetStream starts an embedded server (see [NATS]), connects to it as
+// natsauth.Admin (a test plays several services) and creates the event
+// streams of the default catalogue.
 func JetStream(tb testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
 	tb.Helper()
 	srv := NATS(tb)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		tb.Fatalf("testenv: nats connect: %v", err)
-	}
-	tb.Cleanup(nc.Close)
+	nc := Connect(tb, srv, natsauth.Admin)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		tb.Fatalf("testenv: jetstream: %v", err)

@@ -112,7 +112,10 @@ func New(cfg Config) (*Service, error) {
 	var err error
 	s.relay, err = outbox.NewRelay(outbox.RelayConfig{
 		Pool: cfg.Pool, JetStream: cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer,
-		EnsureStreams: func(ctx context.Context) error { return events.EnsureStreams(ctx, cfg.JetStream, events.Selected()) },
+		EnsureStreams: func(ctx context.Context) error {
+			n, _ := events.StreamReplicas()
+			return events.EnsureServiceStreams(ctx, cfg.JetStream, events.Selected(), "trips", n)
+		},
 	})
 	if err != nil {
 		return nil, err
