@@ -1,16 +1,18 @@
-// Package sim simulates the four outside companies the project talks to:
-// the hotel, the card processor, the car firm and the mail relay. Each
-// speaks exactly the provider contract (docs: contracts/providers.md) over
-// HTTP/JSON and keeps its records in its own PostgreSQL schema (sim_hotel,
-// sim_payments, sim_cars, sim_mail), so records survive a restart; or, with
+// Package sim simulates the five outside companies the project talks to:
+// the hotel, the card processor, the car firm, the mail relay and the
+// travel insurer (the optional insurance step's). Each speaks exactly the
+// provider contract (docs: contracts/providers.md) over HTTP/JSON and keeps
+// its records in its own PostgreSQL schema (sim_hotel, sim_payments,
+// sim_cars, sim_mail, sim_insurer), so records survive a restart; or, with
 // Config.Memory, in memory (for benchmarks).
 //
-// One [http.Handler] serves all four under path prefixes:
+// One [http.Handler] serves all five under path prefixes:
 //
 //	HOTEL_URL=http://127.0.0.1:PORT/hotel
 //	PAYMENTS_URL=http://127.0.0.1:PORT/payments
 //	CARS_URL=http://127.0.0.1:PORT/cars
 //	MAIL_URL=http://127.0.0.1:PORT/mail
+//	INSURER_URL=http://127.0.0.1:PORT/insurer
 //
 // Each company also accepts fault rules at <prefix>/_faults (see [Rule]),
 // so tests and the demo can make it sell out, decline, fail, lose answers,
@@ -60,7 +62,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Simulators are the four company simulators. Create them with [New], serve
+// Simulators are the five company simulators. Create them with [New], serve
 // [Simulators.Handler], and [Simulators.Close] them when done.
 type Simulators struct {
 	log       *slog.Logger
@@ -80,8 +82,8 @@ type Simulators struct {
 	onLateCommit func(company, key string, status int)
 }
 
-// New migrates the four company schemas (sim_hotel, sim_payments, sim_cars,
-// sim_mail) in cfg.DatabaseURL, opens one connection pool per company and
+// New migrates the five company schemas (sim_hotel, sim_payments, sim_cars,
+// sim_mail, sim_insurer) in cfg.DatabaseURL, opens one connection pool per company and
 // returns the simulators. Records already in the database are kept. With
 // cfg.Memory it touches no database and starts with no records.
 func New(ctx context.Context, cfg Config) (*Simulators, error) {
@@ -136,8 +138,8 @@ func (s *Simulators) openCompany(ctx context.Context, databaseURL string, sp *sp
 	return newCompany(s, sp, &pgStore{pool: pool, q: dbsqlc.New()}), nil
 }
 
-// Handler serves the four companies under /hotel, /payments, /cars and
-// /mail, and GET /healthz at the root.
+// Handler serves the five companies under /hotel, /payments, /cars,
+// /mail and /insurer, and GET /healthz at the root.
 func (s *Simulators) Handler() http.Handler { return s.handler }
 
 // Close stops the simulators: hanging and slow handlers stop waiting,
