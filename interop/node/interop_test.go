@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/outbox"
 	tripsql "github.com/tripsaga/tripsaga/sql"
@@ -200,7 +201,8 @@ func TestNodeCloudEventsSDK(t *testing.T) {
 	// Node reads them all, then publishes its own.
 	cmd := exec.CommandContext(ctx, "node", "interop.mjs")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL(), "EXPECTED="+expFile, "PUBLISH_SUBJECT="+interopSubject)
+	cmd.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL(), natsauth.EnvCreds+"="+testenv.Creds(t, srv, natsauth.Admin),
+		"EXPECTED="+expFile, "PUBLISH_SUBJECT="+interopSubject)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	runErr := cmd.Run()
