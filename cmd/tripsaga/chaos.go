@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/tripsaga/tripsaga/internal/chaos"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/stack"
 )
 
@@ -109,7 +110,7 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 	}
 	rep, err := chaos.Run(ctx, s, chaos.Config{
 		Duration: o.duration, Rate: o.rate, KillEvery: killEvery, Seed: o.seed, SettleLimit: o.settleLimit,
-		NATSURL: s.NATSURL, Replicas: o.replicas, NATSCluster: o.natsCluster, Progress: errw, ProgressPlain: !isTerminal(errw),
+		NATSURL: s.NATSURL, NATSCreds: s.Creds(natsauth.Admin), Replicas: o.replicas, NATSCluster: o.natsCluster, Progress: errw, ProgressPlain: !isTerminal(errw),
 	})
 	s.Stop()
 	if err != nil {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -101,9 +102,14 @@ func sagaStepTPS(ctx context.Context, databaseURL string, conns int, d time.Dura
 
 // jsPublishPerS is baseline B: asynchronous publishes of size-byte messages
 // per second to a scratch file stream (BENCH_B) on natsURL for d, counted
-// by PubAcks received; the stream is deleted afterwards.
-func jsPublishPerS(ctx context.Context, natsURL string, size int, d time.Duration) (float64, error) {
-	nc, err := nats.Connect(natsURL)
+// by PubAcks received, as natsauth.Admin (its seed file creds); the stream
+// is deleted afterwards.
+func jsPublishPerS(ctx context.Context, natsURL, creds string, size int, d time.Duration) (float64, error) {
+	opts, err := natsauth.Client{Creds: creds}.Options(natsauth.Admin)
+	if err != nil {
+		return 0, fmt.Errorf("bench: baseline B: %w", err)
+	}
+	nc, err := nats.Connect(natsURL, opts...)
 	if err != nil {
 		return 0, fmt.Errorf("bench: baseline B: %w", err)
 	}

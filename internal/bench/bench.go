@@ -44,6 +44,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
 	"github.com/tripsaga/tripsaga/internal/stack"
 )
@@ -251,8 +252,11 @@ func runExternal(ctx context.Context, cfg Config, rep *Report) error {
 
 // stackInfo is what the stack child prints once ready.
 type stackInfo struct {
-	NATSURL string            `json:"nats_url"`
-	Addr    map[string]string `json:"addr"`
+	NATSURL string `json:"nats_url"`
+	// NATSCreds is the seed file of natsauth.Admin, which baseline B
+	// connects as.
+	NATSCreds string            `json:"nats_creds"`
+	Addr      map[string]string `json:"addr"`
 }
 
 func runFull(ctx context.Context, cfg Config, rep *Report) error {
@@ -333,7 +337,7 @@ func runFull(ctx context.Context, cfg Config, rep *Report) error {
 	}
 	rep.SagaStepTPS = round(tps, 0)
 	log.Info("bench: baseline B (JetStream async publishes, 512 B)")
-	pps, err := jsPublishPerS(ctx, info.NATSURL, 512, dur(cfg.BaselineBSeconds))
+	pps, err := jsPublishPerS(ctx, info.NATSURL, info.NATSCreds, 512, dur(cfg.BaselineBSeconds))
 	if err != nil {
 		return err
 	}
@@ -745,7 +749,7 @@ func ServeStack(ctx context.Context, dir string, in io.Reader, out io.Writer, lo
 		return err
 	}
 	defer s.Stop()
-	b, err := json.Marshal(stackInfo{NATSURL: s.NATSURL, Addr: s.Addr})
+	b, err := json.Marshal(stackInfo{NATSURL: s.NATSURL, NATSCreds: s.Creds(natsauth.Admin), Addr: s.Addr})
 	if err != nil {
 		return err
 	}

@@ -71,8 +71,10 @@ type Config struct {
 	// Faults armed while booking; nil: [DefaultFaults]. Empty (not nil):
 	// none.
 	Faults []Fault
-	// NATSURL (comma-separated servers) is read for the dead letters.
-	NATSURL string
+	// NATSURL (comma-separated servers) is read for the dead letters, as
+	// the identity whose seed file NATSCreds names (natsauth.Admin's).
+	NATSURL   string
+	NATSCreds string
 	// Replicas and NATSCluster are only reported.
 	Replicas, NATSCluster int
 	// Progress, when set, gets a progress line: a progress bar, or with

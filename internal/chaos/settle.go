@@ -17,6 +17,7 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/demo"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 )
 
 // stepServices serve GET /steps/{trip_id} and GET /incidents.
@@ -353,7 +354,12 @@ func (r *run) deadLetters(ctx context.Context) int64 {
 	if r.cfg.NATSURL == "" {
 		return -1
 	}
-	nc, err := nats.Connect(r.cfg.NATSURL, nats.Name("tripsaga-chaos"), nats.Timeout(5*time.Second))
+	opts, err := natsauth.Client{Creds: r.cfg.NATSCreds}.Options(natsauth.Admin)
+	if err != nil {
+		r.cfg.Logger.Warn("chaos: NATS", "err", err)
+		return -1
+	}
+	nc, err := nats.Connect(r.cfg.NATSURL, append(opts, nats.Name("tripsaga-chaos"), nats.Timeout(5*time.Second))...)
 	if err != nil {
 		r.cfg.Logger.Warn("chaos: NATS", "err", err)
 		return -1
