@@ -144,6 +144,10 @@ type Result struct {
 	Reason string
 	// Code is the HTTP status code.
 	Code int
+	// RefundedCents is what a refunded charge's answer says was refunded
+	// ("refunded_cents", providers.md: partial refunds), 0 when it says
+	// nothing.
+	RefundedCents int64
 }
 
 // Client calls one company.
@@ -303,6 +307,13 @@ func (a answer) reason() string {
 	return http.StatusText(a.code)
 }
 
+// refunded returns the answer's "refunded_cents", 0 when it has none.
+func (a answer) refunded() int64 {
+	n, _ := a.body["refunded_cents"].(json.Number)
+	v, _ := n.Int64()
+	return v
+}
+
 // checkKey returns an error wrapping [ErrUnknownOutcome] unless the
 // answer's "key" is key: a [*MismatchError] when it names another.
 func (a answer) checkKey(op, key string) error {
@@ -442,6 +453,15 @@ func (c *Client) Create(ctx context.Context, key string, body any) (res Result, 
 // that does not parse, a status word the contract does not know, or any
 // other code.
 func (c *Client) Undo(ctx context.Context, key string) (res Result, err error) {
+	return c.UndoWith(ctx, key, nil)
+}
+
+// UndoWith is [Client.Undo] sending body (nil: none). The card processor's
+// refund takes {"amount_cents": N} for a partial refund (providers.md,
+// "Partial refunds"); its 200 must then say "refunded_cents": N, or it is
+// a [*MismatchError] (a company that ignored the body refunded something
+// else than asked).
+func (c *Client) UndoWith(ctx context.Context, key string, body any) (res Result, err error) {
 	if tracing.Enabled() {
 		var end func(*Result, *error)
 		op := c.UndoVerb
@@ -454,7 +474,7 @@ func (c *Client) Undo(ctx context.Context, key string) (res Result, err error) {
 	if c.UndoVerb == "" {
 		return Result{}, fmt.Errorf("provider: %s cannot be undone", c.Resource)
 	}
-	a, err := c.do(ctx, http.MethodPost, "/"+c.Resource+"/"+url.PathEscape(key)+"/"+c.UndoVerb, "", nil)
+	a, err := c.do(ctx, http.MethodPost, "/"+c.Resource+"/"+url.PathEscape(key)+"/"+c.UndoVerb, "", body)
 	if err != nil {
 		return Result{}, err
 	}
@@ -464,13 +484,18 @@ func (c *Client) Undo(ctx context.Context, key string) (res Result, err error) {
 	if a.code != http.StatusOK {
 		return Result{}, fmt.Errorf("%w: %s %s: unexpected %d", ErrUnknownOutcome, c.UndoVerb, key, a.code)
 	}
-	r := Result{Code: a.code, Status: str(a.body, "status"), Ref: str(a.body, c.IDField)}
+	r := Result{Code: a.code, Status: str(a.body, "status"), Ref: str(a.body, c.IDField), RefundedCents: a.refunded()}
 	switch {
 	case r.Status == "none":
 		r.Outcome = None
 	case r.Status != "" && (c.UndoneStatus == "" || r.Status == c.UndoneStatus):
 		if err := a.checkKey(c.UndoVerb, key); err != nil {
 			return Result{}, err
+		}
+		if want, ok := requestFields(body)["amount_cents"]; ok {
+			if got, ok := a.body["refunded_cents"]; !ok || jsonText(want) != jsonText(got) {
+				return Result{}, &MismatchError{Op: c.UndoVerb, Field: "refunded_cents", Want: jsonText(want), Got: jsonText(got)}
+			}
 		}
 		r.Outcome = Undone
 	default:
@@ -517,7 +542,7 @@ func (c *Client) StatusFor(ctx context.Context, key string, body any) (res Resul
 				return Result{}, err
 			}
 		}
-		return Result{Outcome: Done, Code: a.code, Status: st, Ref: str(a.body, c.IDField)}, nil
+		return Result{Outcome: Done, Code: a.code, Status: st, Ref: str(a.body, c.IDField), RefundedCents: a.refunded()}, nil
 	case http.StatusNotFound:
 		if st := str(a.body, "status"); st != "none" {
 			return Result{}, fmt.Errorf("%w: GET %s: 404 answer with status %q, not \"none\"", ErrUnknownOutcome, key, st)

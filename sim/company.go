@@ -1,15 +1,21 @@
 package sim
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/tripsaga/tripsaga/sim/internal/dbsqlc"
 )
@@ -321,6 +327,9 @@ func (c *company) resource(rec dbsqlc.Record) (map[string]any, error) {
 	if rec.UndoID != nil {
 		m["refund_id"] = *rec.UndoID
 	}
+	if c.sp.cards && rec.Status == c.sp.undoneStatus {
+		m["refunded_cents"] = refundedCents(rec, m)
+	}
 	m["created_at"] = rec.CreatedAt.UTC().Format(time.RFC3339Nano)
 	m["updated_at"] = rec.UpdatedAt.UTC().Format(time.RFC3339Nano)
 	return m, nil
@@ -339,16 +348,75 @@ func (c *company) handleUndo(w http.ResponseWriter, r *http.Request) {
 		c.reply(w, r, answer{}, fmt.Errorf("%s %s: read request: %w", c.sp.undoOp, key, err))
 		return
 	}
+	var amount *int64
+	if c.sp.cards {
+		var msg string
+		if amount, msg = readRefundBody(w, r); msg != "" {
+			writeError(w, http.StatusUnprocessableEntity, msg)
+			return
+		}
+	}
 	rule := c.faults.take(c.sp.undoOp, orig, false)
 	c.run(w, r, key, rule, func(ctx context.Context) (answer, error) {
-		return c.performUndo(ctx, key)
+		return c.performUndo(ctx, key, amount)
 	})
+}
+
+// readRefundBody reads the optional body of a refund (providers.md,
+// "Partial refunds"): none, or {"amount_cents": N} with N an integer of
+// at least 1. It returns nil for a full refund, or a message naming the
+// field for a body that breaks the rule.
+func readRefundBody(w http.ResponseWriter, r *http.Request) (*int64, string) {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		return nil, "body: " + err.Error()
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, ""
+	}
+	m, err := decodeObject(raw)
+	if err != nil {
+		return nil, "body: " + err.Error()
+	}
+	for k := range m {
+		if k != "amount_cents" {
+			return nil, fmt.Sprintf("%s: unknown field (a refund's body has only amount_cents)", k)
+		}
+	}
+	v := &validator{m: m}
+	v.positiveInt("amount_cents")
+	if err := v.err(); err != nil {
+		return nil, err.Error()
+	}
+	n := integer(m, "amount_cents")
+	return &n, ""
+}
+
+// int8Of is n as a nullable bigint (NULL for nil).
+func int8Of(n *int64) pgtype.Int8 {
+	if n == nil {
+		return pgtype.Int8{}
+	}
+	return pgtype.Int8{Int64: *n, Valid: true}
+}
+
+// refundedCents is what a refunded charge's record says was refunded: its
+// refunded_cents, or (refunded whole, before partial refunds) the charge.
+func refundedCents(rec dbsqlc.Record, req map[string]any) int64 {
+	if rec.RefundedCents.Valid {
+		return rec.RefundedCents.Int64
+	}
+	return integer(req, "amount_cents")
 }
 
 // performUndo undoes the CURRENT record of key, if it is in force. A key
 // never seen, or a declined charge, answers {"status":"none"}; an undone
-// record answers as its undo did.
-func (c *company) performUndo(ctx context.Context, key string) (answer, error) {
+// record answers as its undo did. amount (the card processor only) refunds
+// that much of the charge instead of all of it; more than was charged is
+// refused (422) and nothing happens. A charge is refunded once: a refund
+// of a refunded charge answers the first refund again, whatever amount it
+// asks.
+func (c *company) performUndo(ctx context.Context, key string, amount *int64) (answer, error) {
 	a, err := c.store.undo(ctx, key, func(recp *dbsqlc.Record, tx storeTx) (answer, error) {
 		if recp == nil {
 			return noneAnswer, nil
@@ -357,22 +425,34 @@ func (c *company) performUndo(ctx context.Context, key string) (answer, error) {
 		switch rec.Status {
 		case c.sp.createdStatus:
 			var undoID *string
+			var refunded *int64
+			var req map[string]any
 			if c.sp.cards {
+				var err error
+				if req, err = decodeObject(rec.Request); err != nil {
+					return answer{}, fmt.Errorf("stored request: %w", err)
+				}
+				charged := integer(req, "amount_cents")
+				refunded = &charged
+				if amount != nil {
+					if *amount > charged {
+						return errorAnswer(http.StatusUnprocessableEntity, fmt.Sprintf("amount_cents: at most the %d charged, got %d", charged, *amount)), nil
+					}
+					refunded = amount
+				}
 				undoID = ptr(newID("R-"))
 			}
 			var err error
 			rec, err = tx.setStatus(ctx, dbsqlc.RecordSetStatusParams{
-				Key: key, Status: c.sp.undoneStatus, UndoID: undoID,
+				Key: key, Status: c.sp.undoneStatus, UndoID: undoID, RefundedCents: int8Of(refunded),
 			})
 			if err != nil {
 				return answer{}, fmt.Errorf("set status: %w", err)
 			}
 			if c.sp.cards {
-				req, err := decodeObject(rec.Request)
-				if err != nil {
-					return answer{}, fmt.Errorf("stored request: %w", err)
-				}
-				if err := c.statementLine(ctx, tx, rec, req, "refund"); err != nil {
+				line := maps.Clone(req)
+				line["amount_cents"] = json.Number(strconv.FormatInt(*refunded, 10))
+				if err := c.statementLine(ctx, tx, rec, line, "refund"); err != nil {
 					return answer{}, err
 				}
 			}
@@ -380,9 +460,16 @@ func (c *company) performUndo(ctx context.Context, key string) (answer, error) {
 		default: // declined
 			return noneAnswer, nil
 		}
-		out := map[string]string{"key": rec.Key, c.sp.idField: rec.ID, "status": rec.Status}
+		out := map[string]any{"key": rec.Key, c.sp.idField: rec.ID, "status": rec.Status}
 		if rec.UndoID != nil {
 			out["refund_id"] = *rec.UndoID
+		}
+		if c.sp.cards {
+			req, err := decodeObject(rec.Request)
+			if err != nil {
+				return answer{}, fmt.Errorf("stored request: %w", err)
+			}
+			out["refunded_cents"] = refundedCents(rec, req)
 		}
 		return jsonAnswer(http.StatusOK, out), nil
 	})

@@ -75,6 +75,9 @@ func (t *memTx) setStatus(_ context.Context, p dbsqlc.RecordSetStatusParams) (db
 	if p.UndoID != nil {
 		next.UndoID = p.UndoID
 	}
+	if p.RefundedCents.Valid {
+		next.RefundedCents = p.RefundedCents
+	}
 	next.UpdatedAt = now()
 	t.staged[p.Key] = &next
 	t.apply = append(t.apply, func() {

@@ -130,6 +130,8 @@ func RunPayments(t *testing.T, baseURL string, f Features) {
 	s.runUndoable(t)
 	t.Run("MoneyIsEchoedAsIntegerMinorUnits", s.testMoney)
 	t.Run("RefundAddsStatementLineAndKeepsCharge", s.testRefundStatement)
+	t.Run("PartialRefundRefundsTheAmountOnce", s.testPartialRefund)
+	t.Run("PartialRefundOverTheChargeIsRefused", s.testPartialRefundRefused)
 	t.Run("DeclinedCardIsReplayedAndNotRefunded", s.testDeclinedCardToken)
 	t.Run("DeclineRuleIsReplayedByKey", s.testDeclineRule)
 }

@@ -6,6 +6,8 @@ package dbsqlc
 
 import (
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type Idempotency struct {
@@ -19,16 +21,17 @@ type Idempotency struct {
 }
 
 type Record struct {
-	Seq       int64
-	Key       string
-	ID        string
-	TripID    string
-	Status    string
-	Request   []byte
-	Reason    *string
-	UndoID    *string
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	Seq           int64
+	Key           string
+	ID            string
+	TripID        string
+	Status        string
+	Request       []byte
+	Reason        *string
+	UndoID        *string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	RefundedCents pgtype.Int8
 }
 
 type StatementLine struct {

@@ -7,10 +7,12 @@ package dbsqlc
 
 import (
 	"context"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const recordGetByKey = `-- name: RecordGetByKey :one
-SELECT seq, key, id, trip_id, status, request, reason, undo_id, created_at, updated_at FROM records WHERE key = $1
+SELECT seq, key, id, trip_id, status, request, reason, undo_id, created_at, updated_at, refunded_cents FROM records WHERE key = $1
 `
 
 func (q *Queries) RecordGetByKey(ctx context.Context, db DBTX, key string) (Record, error) {
@@ -27,12 +29,13 @@ func (q *Queries) RecordGetByKey(ctx context.Context, db DBTX, key string) (Reco
 		&i.UndoID,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.RefundedCents,
 	)
 	return i, err
 }
 
 const recordGetByKeyForUpdate = `-- name: RecordGetByKeyForUpdate :one
-SELECT seq, key, id, trip_id, status, request, reason, undo_id, created_at, updated_at FROM records WHERE key = $1 FOR UPDATE
+SELECT seq, key, id, trip_id, status, request, reason, undo_id, created_at, updated_at, refunded_cents FROM records WHERE key = $1 FOR UPDATE
 `
 
 func (q *Queries) RecordGetByKeyForUpdate(ctx context.Context, db DBTX, key string) (Record, error) {
@@ -49,6 +52,7 @@ func (q *Queries) RecordGetByKeyForUpdate(ctx context.Context, db DBTX, key stri
 		&i.UndoID,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.RefundedCents,
 	)
 	return i, err
 }
@@ -56,7 +60,7 @@ func (q *Queries) RecordGetByKeyForUpdate(ctx context.Context, db DBTX, key stri
 const recordInsert = `-- name: RecordInsert :one
 INSERT INTO records (key, id, trip_id, status, request, reason)
 VALUES ($1, $2, $3, $4, $5, $6)
-RETURNING seq, key, id, trip_id, status, request, reason, undo_id, created_at, updated_at
+RETURNING seq, key, id, trip_id, status, request, reason, undo_id, created_at, updated_at, refunded_cents
 `
 
 type RecordInsertParams struct {
@@ -89,12 +93,13 @@ func (q *Queries) RecordInsert(ctx context.Context, db DBTX, arg RecordInsertPar
 		&i.UndoID,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.RefundedCents,
 	)
 	return i, err
 }
 
 const recordList = `-- name: RecordList :many
-SELECT seq, key, id, trip_id, status, request, reason, undo_id, created_at, updated_at FROM records
+SELECT seq, key, id, trip_id, status, request, reason, undo_id, created_at, updated_at, refunded_cents FROM records
 WHERE seq > $1
   AND ($2::text IS NULL OR status = $2::text)
   AND ($3::text IS NULL OR trip_id = $3::text)
@@ -136,6 +141,7 @@ func (q *Queries) RecordList(ctx context.Context, db DBTX, arg RecordListParams)
 			&i.UndoID,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.RefundedCents,
 		); err != nil {
 			return nil, err
 		}
@@ -149,19 +155,26 @@ func (q *Queries) RecordList(ctx context.Context, db DBTX, arg RecordListParams)
 
 const recordSetStatus = `-- name: RecordSetStatus :one
 UPDATE records
-SET status = $1, undo_id = coalesce($2, undo_id), updated_at = now()
-WHERE key = $3
-RETURNING seq, key, id, trip_id, status, request, reason, undo_id, created_at, updated_at
+SET status = $1, undo_id = coalesce($2, undo_id),
+    refunded_cents = coalesce($3, refunded_cents), updated_at = now()
+WHERE key = $4
+RETURNING seq, key, id, trip_id, status, request, reason, undo_id, created_at, updated_at, refunded_cents
 `
 
 type RecordSetStatusParams struct {
-	Status string
-	UndoID *string
-	Key    string
+	Status        string
+	UndoID        *string
+	RefundedCents pgtype.Int8
+	Key           string
 }
 
 func (q *Queries) RecordSetStatus(ctx context.Context, db DBTX, arg RecordSetStatusParams) (Record, error) {
-	row := db.QueryRow(ctx, recordSetStatus, arg.Status, arg.UndoID, arg.Key)
+	row := db.QueryRow(ctx, recordSetStatus,
+		arg.Status,
+		arg.UndoID,
+		arg.RefundedCents,
+		arg.Key,
+	)
 	var i Record
 	err := row.Scan(
 		&i.Seq,
@@ -174,6 +187,7 @@ func (q *Queries) RecordSetStatus(ctx context.Context, db DBTX, arg RecordSetSta
 		&i.UndoID,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.RefundedCents,
 	)
 	return i, err
 }

@@ -11,7 +11,8 @@ SELECT * FROM records WHERE key = @key FOR UPDATE;
 
 -- name: RecordSetStatus :one
 UPDATE records
-SET status = @status, undo_id = coalesce(sqlc.narg(undo_id), undo_id), updated_at = now()
+SET status = @status, undo_id = coalesce(sqlc.narg(undo_id), undo_id),
+    refunded_cents = coalesce(sqlc.narg(refunded_cents), refunded_cents), updated_at = now()
 WHERE key = @key
 RETURNING *;
 
