@@ -18,7 +18,9 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/pgroles"
 	"github.com/tripsaga/tripsaga/internal/stack"
 	"github.com/tripsaga/tripsaga/outbox"
@@ -124,7 +126,7 @@ var knownEnv = []string{ //nolint:gochecknoglobals // read-only
 	"NATS_URL", "DATABASE_URL", "HTTP_ADDR", "HOTEL_URL", "PAYMENTS_URL", "CARS_URL", "MAIL_URL",
 	"STREAM_REPLICAS", "TRIPSAGA_INSTANCE", "TRIPS_URL",
 	"CALL_TIMEOUT_MS", "STEP_DEADLINE_MS", "UNDO_BACKOFF_MAX_MS", "INCIDENT_AFTER", "VERIFY_AFTER_MS",
-	"RECONCILE_INTERVAL_MS", "STUCK_AFTER_MS", "SIM_MEMORY", "OPS_ADDR",
+	"RECONCILE_INTERVAL_MS", "STUCK_AFTER_MS", "SIM_MEMORY", "OPS_ADDR", natsauth.EnvCreds, "SERVICE_URLS",
 }
 
 // companyPath is the path of each company under the simulators' address
@@ -314,8 +316,12 @@ func TestComposeFile(t *testing.T) {
 
 	for _, infra := range []string{"nats", "postgres"} {
 		s, _ := p.GetService(infra)
-		if len(s.DependsOn) != 0 {
-			t.Errorf("%s depends on %v: infrastructure starts first", infra, s.DependsOn)
+		for dep, d := range s.DependsOn {
+			// NATS waits only for its users' keys (TestComposeNATSIdentities).
+			if infra == "nats" && dep == "nats-auth" && d.Condition == types.ServiceConditionCompletedSuccessfully {
+				continue
+			}
+			t.Errorf("%s depends on %s: infrastructure starts first", infra, dep)
 		}
 	}
 
@@ -343,6 +349,85 @@ func TestDocsStateMaxDeliver(t *testing.T) {
 	} {
 		if !strings.Contains(readme, want) {
 			t.Errorf("README.md does not say %q", want)
+		}
+	}
+}
+
+// mountOf returns where s mounts the volume or file source (a bind's
+// source ends with it), and whether it does.
+func mountOf(s types.ServiceConfig, source string) (types.ServiceVolumeConfig, bool) {
+	for _, v := range s.Volumes {
+		if v.Source == source || (v.Type == types.VolumeTypeBind && strings.HasSuffix(v.Source, string(filepath.Separator)+source)) {
+			return v, true
+		}
+	}
+	return types.ServiceVolumeConfig{}, false
+}
+
+// TestComposeNATSIdentities (issue 9 item 1): compose's NATS server runs
+// the committed configuration of internal/natsauth, with the public keys
+// that `tripsaga nats-auth` writes into a volume before it starts; every
+// process with a NATS identity gets its own seed file of that volume as
+// NATS_CREDS (read-only), and the simulators none.
+func TestComposeNATSIdentities(t *testing.T) {
+	p := loadCompose(t)
+	auth, err := p.GetService("nats-auth")
+	require.NoError(t, err, "compose.yaml has no nats-auth service")
+	require.GreaterOrEqual(t, len(auth.Command), 3)
+	require.Equal(t, "nats-auth", auth.Command[0])
+	i := slices.Index(auth.Command, "--dir")
+	require.True(t, i > 0 && i+1 < len(auth.Command), "nats-auth without --dir: %v", auth.Command)
+	authDir := auth.Command[i+1]
+	var volume string
+	for _, v := range auth.Volumes {
+		if v.Target == authDir && v.Type == types.VolumeTypeVolume {
+			volume = v.Source
+		}
+	}
+	require.NotEmpty(t, volume, "nats-auth does not write %s into a volume", authDir)
+	if auth.Restart != "" && auth.Restart != "no" {
+		t.Errorf("nats-auth restart %q: it runs once", auth.Restart)
+	}
+
+	natsSvc, err := p.GetService("nats")
+	require.NoError(t, err)
+	c := slices.Index(natsSvc.Command, "-c")
+	require.True(t, c >= 0 && c+1 < len(natsSvc.Command), "nats runs without -c: %v", natsSvc.Command)
+	conf := natsSvc.Command[c+1]
+	m, ok := mountOf(natsSvc, filepath.FromSlash(natsauth.ConfPath))
+	if !ok || m.Target != conf || !m.ReadOnly {
+		t.Errorf("nats: %s is not mounted read-only at %s (%+v)", natsauth.ConfPath, conf, natsSvc.Volumes)
+	}
+	keys, ok := mountOf(natsSvc, volume)
+	// The configuration includes auth/nkeys.conf next to itself.
+	if want := filepath.ToSlash(filepath.Join(filepath.Dir(conf), filepath.Dir(natsauth.ConfInclude))); !ok || keys.Target != want {
+		t.Errorf("nats: volume %s is not mounted at %s, where %s includes %s", volume, want, conf, natsauth.ConfInclude)
+	}
+	if d, ok := natsSvc.DependsOn["nats-auth"]; !ok || d.Condition != types.ServiceConditionCompletedSuccessfully {
+		t.Errorf("nats does not wait for nats-auth to complete")
+	}
+	require.Contains(t, readRepoFile(t, natsauth.ConfPath), `include "`+natsauth.ConfInclude+`"`)
+
+	for _, process := range stack.Processes {
+		s, err := p.GetService(process)
+		require.NoError(t, err)
+		creds := envOf(s)[natsauth.EnvCreds]
+		if _, ok := natsauth.Lookup(events.Default, process); !ok {
+			if creds != "" {
+				t.Errorf("%s: NATS_CREDS %q, but it has no NATS identity", process, creds)
+			}
+			continue
+		}
+		v, ok := mountOf(s, volume)
+		if !ok {
+			t.Errorf("%s: does not mount the %s volume", process, volume)
+			continue
+		}
+		if !v.ReadOnly {
+			t.Errorf("%s: mounts the %s volume writable", process, volume)
+		}
+		if want := v.Target + "/" + process + natsauth.CredsExt; creds != want {
+			t.Errorf("%s: NATS_CREDS %q, want its own seed %s", process, creds, want)
 		}
 	}
 }
