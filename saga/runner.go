@@ -441,7 +441,7 @@ func (r *Runner) claim(ctx context.Context, max int, verifyNow bool) ([]func(con
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	rows, err := queries.StepClaimDue(ctx, tx, int32(max))
+	rows, err := queries.StepClaimDue(ctx, tx, dbsqlc.StepClaimDueParams{Step: r.cfg.Spec.Name, Max: int32(max)})
 	if err != nil {
 		return nil, fmt.Errorf("claim due: %w", err)
 	}
@@ -491,7 +491,7 @@ func (r *Runner) claim(ctx context.Context, max int, verifyNow bool) ([]func(con
 	}
 	if now := time.Now(); len(jobs) < max && (verifyNow || now.UnixNano()-r.lastVerify.Load() >= int64(r.t.PollInterval)) {
 		r.lastVerify.Store(now.UnixNano())
-		vrows, err := queries.StepClaimVerify(ctx, tx, int32(max-len(jobs)))
+		vrows, err := queries.StepClaimVerify(ctx, tx, dbsqlc.StepClaimVerifyParams{Step: r.cfg.Spec.Name, Max: int32(max - len(jobs))})
 		if err != nil {
 			return nil, fmt.Errorf("claim verify: %w", err)
 		}
@@ -509,7 +509,7 @@ func (r *Runner) claim(ctx context.Context, max int, verifyNow bool) ([]func(con
 		}
 	}
 	if len(jobs) < max {
-		nd, err := queries.StepNextDue(ctx, tx)
+		nd, err := queries.StepNextDue(ctx, tx, r.cfg.Spec.Name)
 		if err != nil {
 			return nil, fmt.Errorf("claim next due: %w", err)
 		}
@@ -680,6 +680,11 @@ func (r *Runner) forward(ctx context.Context, claimed dbsqlc.Step) {
 	if err != nil {
 		r.log.Error("saga: cannot record answer; the recovery pass will ask again by key", "trip_id", claimed.TripID, "err", err)
 	}
+	if callErr != nil {
+		// Asked again after the backoff just written: the runner, which
+		// may be sleeping until a later row, reads when that is.
+		r.Wake()
+	}
 }
 
 // learnForward asks the company's status by key (GET /<resource>/{key})
@@ -806,6 +811,9 @@ func (r *Runner) undo(ctx context.Context, claimed dbsqlc.Step) {
 	})
 	if err != nil {
 		r.log.Error("saga: cannot record undo; it will be retried by key", "trip_id", claimed.TripID, "err", err)
+	}
+	if callErr != nil {
+		r.Wake() // retried after the backoff just written (see forward)
 	}
 }
 

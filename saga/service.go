@@ -36,12 +36,29 @@ type ServiceConfig struct {
 	Instance   string
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
+	// Extra are further steps the service owns besides Spec (the
+	// traveler's cancellation step of hotel, payment and car): each has its
+	// own runner on the same step log, liveness and relay, and its
+	// trigger events, as the catalogue declares them, come through the
+	// service's inboxes.
+	Extra []ExtraStep
+}
+
+// ExtraStep is a further step of a service ([ServiceConfig.Extra]):
+// forward-only, triggered by events whose data is not a step's.
+type ExtraStep struct {
+	Spec Spec
+	// Request returns the step to record for a trigger event. An error
+	// wrapping outbox.ErrPermanent parks the event (nothing is called).
+	Request func(e event.Event) (Request, error)
 }
 
 // Service is a running step service.
 type Service struct {
-	cfg     ServiceConfig
-	Runner  *Runner
+	cfg    ServiceConfig
+	Runner *Runner
+	// Extra are the runners of [ServiceConfig.Extra], in its order.
+	Extra   []*Runner
 	relay   *outbox.Relay
 	live    *Liveness
 	inboxes []*outbox.Inbox
@@ -106,16 +123,59 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	for _, t := range step.Trigger {
 		isTrigger[t] = true
 	}
+	all := append(append([]string{}, step.Trigger...), undoTypes...)
+	extra := map[string][]func(ctx context.Context, tx pgx.Tx, e event.Event) error{}
+	for _, x := range cfg.Extra {
+		xs, ok := cfg.Catalogue.Step(x.Spec.Name)
+		if !ok || xs.Class != events.ForwardOnly || xs.Service != cfg.Spec.Service || x.Spec.Service != cfg.Spec.Service || x.Spec.Class != events.ForwardOnly {
+			return nil, fmt.Errorf("%w: extra step %q is not a forward-only step of %s in the catalogue", ErrInvalidConfig, x.Spec.Name, cfg.Spec.Service)
+		}
+		if x.Spec.OnDone != "" && !slices.Contains(xs.Publishes, x.Spec.OnDone) {
+			return nil, fmt.Errorf("%w: step %q would publish %s, which the catalogue does not declare for it", ErrInvalidConfig, xs.Name, x.Spec.OnDone)
+		}
+		if x.Request == nil {
+			return nil, fmt.Errorf("%w: extra step %q needs Request", ErrInvalidConfig, x.Spec.Name)
+		}
+		xr, err := New(Config{Pool: cfg.Pool, Spec: x.Spec, Timing: cfg.Timing, Liveness: live, Relay: relay, Logger: cfg.Logger, Registerer: cfg.Registerer})
+		if err != nil {
+			return nil, err
+		}
+		s.Extra = append(s.Extra, xr)
+		request := x.Request
+		for _, t := range xs.Trigger {
+			if !slices.Contains(all, t) {
+				all = append(all, t)
+			}
+			extra[t] = append(extra[t], func(ctx context.Context, tx pgx.Tx, e event.Event) error {
+				req, err := request(e)
+				if err != nil {
+					return err
+				}
+				if req.TripID != e.Subject() {
+					return fmt.Errorf("%w: %s names trip %q, not its subject %q", outbox.ErrPermanent, e.Type(), req.TripID, e.Subject())
+				}
+				_, err = xr.Request(ctx, tx, req)
+				return err
+			})
+		}
+	}
 	handler := func(ctx context.Context, tx pgx.Tx, e event.Event) error {
 		if err := events.ValidateTripID(e.Subject()); err != nil {
 			return fmt.Errorf("%w: subject: %w", outbox.ErrPermanent, err)
+		}
+		if fs, ok := extra[e.Type()]; ok {
+			for _, f := range fs {
+				if err := f(ctx, tx, e); err != nil {
+					return err
+				}
+			}
+			return nil
 		}
 		if isTrigger[e.Type()] {
 			return s.onTrigger(ctx, tx, e)
 		}
 		return r.RequestUndo(ctx, tx, e.Subject())
 	}
-	all := append(append([]string{}, step.Trigger...), undoTypes...)
 	for stream, filters := range cfg.Catalogue.Streams(all) {
 		var types []string
 		for _, t := range all {
@@ -187,11 +247,21 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	if err != nil {
 		return fmt.Errorf("recovery pass: %w", err)
 	}
+	for _, x := range s.Extra {
+		m, err := x.RecoveryPass(ctx)
+		if err != nil {
+			return fmt.Errorf("recovery pass: %w", err)
+		}
+		n += m
+	}
 	s.cfg.Logger.Info("recovery pass done", "rows", n)
 	if ready != nil {
 		ready()
 	}
 	g.Go(func() error { return s.Runner.Run(ctx) })
+	for _, x := range s.Extra {
+		g.Go(func() error { return x.Run(ctx) })
+	}
 	for _, in := range s.inboxes {
 		g.Go(func() error { return in.Run(ctx) })
 	}

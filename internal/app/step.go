@@ -22,8 +22,10 @@ func (e Env) Timing() saga.Timing {
 
 // RunStep runs a step service (hotel, payment, car, insurance) as this process until
 // ctx ends: schema <service>, the saga migration set, the step's inboxes,
-// relay and runner, and HTTP. It reports ready after the recovery pass.
-func RunStep(ctx context.Context, env Env, spec saga.Spec, build saga.BuildFunc, companyVar string) error {
+// relay and runner (and those of its extra steps: its part in the
+// traveler's cancellation), and HTTP. It reports ready after the recovery
+// pass.
+func RunStep(ctx context.Context, env Env, spec saga.Spec, build saga.BuildFunc, companyVar string, extra ...saga.ExtraStep) error {
 	if err := env.Require("NATS_URL", "DATABASE_URL", "HTTP_ADDR", companyVar); err != nil {
 		return fmt.Errorf("%s: %w", spec.Service, err)
 	}
@@ -37,7 +39,7 @@ func RunStep(ctx context.Context, env Env, spec saga.Spec, build saga.BuildFunc,
 	}
 	svc, err := saga.NewService(saga.ServiceConfig{
 		Pool: p.Pool, JetStream: p.JS, Catalogue: events.Selected(), Spec: spec, Build: build,
-		Timing: env.Timing(), Logger: p.Log, Registerer: p.Registry,
+		Timing: env.Timing(), Logger: p.Log, Registerer: p.Registry, Extra: extra,
 	})
 	if err != nil {
 		return err

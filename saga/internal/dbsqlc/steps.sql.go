@@ -14,17 +14,25 @@ const stepClaimDue = `-- name: StepClaimDue :many
 SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate FROM steps
 WHERE status IN ('pending', 'started', 'unknown', 'compensating')
   AND next_attempt_at <= now()
+  AND step = $1
 ORDER BY next_attempt_at
-LIMIT $1
+LIMIT $2
 FOR UPDATE SKIP LOCKED
 `
+
+type StepClaimDueParams struct {
+	Step string
+	Max  int32
+}
 
 // Rows whose log says they are unfinished and whose time has come. The
 // caller moves next_attempt_at past a lease (and names itself owner) in
 // the same transaction, so a row being worked on is not picked twice; a
-// lease whose owner died is ended early by StepReleaseDeadLeases.
-func (q *Queries) StepClaimDue(ctx context.Context, db DBTX, max int32) ([]Step, error) {
-	rows, err := db.Query(ctx, stepClaimDue, max)
+// lease whose owner died is ended early by StepReleaseDeadLeases. Each
+// runner claims only its own step's rows (a service may own several steps:
+// the traveler's cancellation step besides its booking step).
+func (q *Queries) StepClaimDue(ctx context.Context, db DBTX, arg StepClaimDueParams) ([]Step, error) {
+	rows, err := db.Query(ctx, stepClaimDue, arg.Step, arg.Max)
 	if err != nil {
 		return nil, err
 	}
@@ -71,15 +79,20 @@ func (q *Queries) StepClaimDue(ctx context.Context, db DBTX, max int32) ([]Step,
 
 const stepClaimVerify = `-- name: StepClaimVerify :many
 SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate FROM steps
-WHERE verify_at IS NOT NULL AND verify_at <= now()
+WHERE verify_at IS NOT NULL AND verify_at <= now() AND step = $1
 ORDER BY verify_at
-LIMIT $1
+LIMIT $2
 FOR UPDATE SKIP LOCKED
 `
 
+type StepClaimVerifyParams struct {
+	Step string
+	Max  int32
+}
+
 // Undone rows to check again for a company that committed late.
-func (q *Queries) StepClaimVerify(ctx context.Context, db DBTX, max int32) ([]Step, error) {
-	rows, err := db.Query(ctx, stepClaimVerify, max)
+func (q *Queries) StepClaimVerify(ctx context.Context, db DBTX, arg StepClaimVerifyParams) ([]Step, error) {
+	rows, err := db.Query(ctx, stepClaimVerify, arg.Step, arg.Max)
 	if err != nil {
 		return nil, err
 	}
@@ -428,16 +441,16 @@ func (q *Queries) StepListByTrip(ctx context.Context, db DBTX, tripID string) ([
 
 const stepNextDue = `-- name: StepNextDue :one
 SELECT coalesce(min(t), now() + interval '1 hour')::timestamptz AS next_due FROM (
-    SELECT min(next_attempt_at) AS t FROM steps WHERE status IN ('pending', 'started', 'unknown', 'compensating')
+    SELECT min(next_attempt_at) AS t FROM steps WHERE status IN ('pending', 'started', 'unknown', 'compensating') AND steps.step = $1::text
     UNION ALL
-    SELECT min(verify_at) FROM steps WHERE verify_at IS NOT NULL
+    SELECT min(verify_at) FROM steps WHERE verify_at IS NOT NULL AND steps.step = $1::text
 ) AS due
 `
 
 // When the soonest unfinished row is due (a lease's end included), for the
 // runner's sleep; an hour from now when none is.
-func (q *Queries) StepNextDue(ctx context.Context, db DBTX) (time.Time, error) {
-	row := db.QueryRow(ctx, stepNextDue)
+func (q *Queries) StepNextDue(ctx context.Context, db DBTX, step string) (time.Time, error) {
+	row := db.QueryRow(ctx, stepNextDue, step)
 	var next_due time.Time
 	err := row.Scan(&next_due)
 	return next_due, err

@@ -43,10 +43,13 @@ SELECT * FROM steps WHERE trip_id = @trip_id ORDER BY created_at;
 -- Rows whose log says they are unfinished and whose time has come. The
 -- caller moves next_attempt_at past a lease (and names itself owner) in
 -- the same transaction, so a row being worked on is not picked twice; a
--- lease whose owner died is ended early by StepReleaseDeadLeases.
+-- lease whose owner died is ended early by StepReleaseDeadLeases. Each
+-- runner claims only its own step's rows (a service may own several steps:
+-- the traveler's cancellation step besides its booking step).
 SELECT * FROM steps
 WHERE status IN ('pending', 'started', 'unknown', 'compensating')
   AND next_attempt_at <= now()
+  AND step = @step
 ORDER BY next_attempt_at
 LIMIT @max
 FOR UPDATE SKIP LOCKED;
@@ -54,7 +57,7 @@ FOR UPDATE SKIP LOCKED;
 -- name: StepClaimVerify :many
 -- Undone rows to check again for a company that committed late.
 SELECT * FROM steps
-WHERE verify_at IS NOT NULL AND verify_at <= now()
+WHERE verify_at IS NOT NULL AND verify_at <= now() AND step = @step
 ORDER BY verify_at
 LIMIT @max
 FOR UPDATE SKIP LOCKED;
@@ -96,9 +99,9 @@ SELECT step, status, count(*)::bigint AS n FROM steps GROUP BY step, status ORDE
 -- When the soonest unfinished row is due (a lease's end included), for the
 -- runner's sleep; an hour from now when none is.
 SELECT coalesce(min(t), now() + interval '1 hour')::timestamptz AS next_due FROM (
-    SELECT min(next_attempt_at) AS t FROM steps WHERE status IN ('pending', 'started', 'unknown', 'compensating')
+    SELECT min(next_attempt_at) AS t FROM steps WHERE status IN ('pending', 'started', 'unknown', 'compensating') AND steps.step = @step::text
     UNION ALL
-    SELECT min(verify_at) FROM steps WHERE verify_at IS NOT NULL
+    SELECT min(verify_at) FROM steps WHERE verify_at IS NOT NULL AND steps.step = @step::text
 ) AS due;
 
 -- name: StepRenewLease :execrows
