@@ -3,6 +3,7 @@ package pgcluster_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -240,4 +241,42 @@ func equalModes(a, b map[string]os.FileMode) bool {
 		}
 	}
 	return true
+}
+
+// TestPasswordsRequired: every connection must give its role's password
+// (scram-sha-256), and URL carries the superuser's. A cluster made by an
+// earlier version (pg_hba "trust", no password file) is given a password
+// and the rule when it is started again, its data kept.
+func TestPasswordsRequired(t *testing.T) {
+	dir := filepath.Join(traversableTemp(t), "pg")
+	c := start(t, pgcluster.Config{Dir: dir})
+	require.NotEmpty(t, c.Password)
+	execSQL(t, c.URL, "CREATE TABLE kept (x int)")
+	refused := func(c *pgcluster.Cluster) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, u := range []string{
+			fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.Port),
+			fmt.Sprintf("postgres://postgres:wrong@127.0.0.1:%d/postgres?sslmode=disable", c.Port),
+		} {
+			conn, err := pgx.Connect(ctx, u)
+			if err == nil {
+				conn.Close(ctx)
+				t.Fatalf("%s: connected without the superuser's password", u)
+			}
+		}
+	}
+	refused(c)
+
+	// As an earlier version left it.
+	require.NoError(t, c.Stop())
+	require.NoError(t, os.WriteFile(filepath.Join(c.DataDir, "pg_hba.conf"), []byte("local all all trust\nhost all all 127.0.0.1/32 trust\n"), 0o644))
+	require.NoError(t, os.Remove(filepath.Join(dir, pgcluster.PasswordFile)))
+	again := start(t, pgcluster.Config{Dir: dir})
+	require.NotEqual(t, c.Password, again.Password)
+	if got := query(t, again.URL, "SELECT to_regclass('kept')::text"); got != "kept" {
+		t.Fatalf("table after the upgrade: %q", got)
+	}
+	refused(again)
 }
