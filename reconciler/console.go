@@ -142,9 +142,25 @@ type incidentRow struct {
 	ResolveKey string
 }
 
+// incidentsPageResolved is how many resolved incidents the incidents page
+// lists after the open ones (the JSON has them all).
+const incidentsPageResolved = 200
+
 func incidentRows(items []ServiceIncident, now time.Time) []incidentRow {
 	out := make([]incidentRow, 0, len(items))
+	resolved := 0
 	for _, in := range items {
+		if in.ResolvedAt != nil {
+			resolved++
+		}
+	}
+	// The oldest resolved ones beyond the limit are left out.
+	skip := max(resolved-incidentsPageResolved, 0)
+	for _, in := range items {
+		if in.ResolvedAt != nil && skip > 0 { // items are open first, then oldest first
+			skip--
+			continue
+		}
 		out = append(out, incidentRow{ServiceIncident: in, Age: now.Sub(in.RaisedAt).Round(time.Second),
 			RetryKey: newKey(), ResolveKey: newKey()})
 	}
@@ -154,7 +170,8 @@ func incidentRows(items []ServiceIncident, now time.Time) []incidentRow {
 func (r *Reconciler) serveIncidentsPage(w http.ResponseWriter, req *http.Request) {
 	items, unread := r.Incidents(req.Context())
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	data := map[string]any{"Items": incidentRows(items, time.Now()), "Unread": unread}
+	rows := incidentRows(items, time.Now())
+	data := map[string]any{"Items": rows, "Unread": unread, "Hidden": len(items) - len(rows)}
 	if err := consolePages.ExecuteTemplate(w, "incidents", data); err != nil {
 		r.log.Warn("reconciler: incidents render", "err", err)
 	}
@@ -351,6 +368,7 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 <td>{{if not .ResolvedAt}}<button class="action retry" data-key="{{.RetryKey}}" data-body='{{json (dict "action" "retry_undo" "trip" .TripID "service" .Service)}}' onclick="act(this)">retry now</button>
 <button class="action resolve" data-needs-reason="1" data-key="{{.ResolveKey}}" data-body='{{json (dict "action" "resolve" "trip" .TripID "service" .Service "incident" .Kind)}}' onclick="act(this)">resolve</button>{{end}}</td></tr>
 {{else}}<tr><td colspan="9">No incident.</td></tr>{{end}}</table>
+{{if .Hidden}}<p>{{.Hidden}} older resolved incidents are not listed: <a href="/api/incidents">/api/incidents</a> has them all.</p>{{end}}
 ` + consoleScript + `</body></html>{{end}}
 
 {{define "console"}}<div id="console">` + navBar + `

@@ -342,9 +342,6 @@ func eventColumn(typ, source, fallback string) string {
 	return fallback
 }
 
-// summarise picks the words an operator reads first out of an event's
-// data: the reason, the company record, the status; and for an event no
-// step publishes (an operator's action, say) who did what and why.
 // maskRecord returns a company's record with its card tokens and emails
 // masked (redact.JSON), for the read views.
 func maskRecord(rec provider.Record) provider.Record {
@@ -359,6 +356,9 @@ func maskRecord(rec provider.Record) provider.Record {
 	return out
 }
 
+// summarise picks the words an operator reads first out of an event's
+// data: the reason, the company record, the status; and for an event no
+// step publishes (an operator's action, say) who did what and why.
 func summarise(data []byte) string {
 	var m map[string]any
 	if json.Unmarshal(data, &m) != nil {
@@ -611,10 +611,10 @@ type SearchHit struct {
 
 // Search finds the trips q names: a trip id the projection knows, a step's
 // Idempotency-Key ("<trip>:hotel"), a trip request's Idempotency-Key or a
-// traveler's email (asked of the trips service's GET /ops/trips), or a
-// company record id or key (hold_id, charge_id, booking_id: the
-// companies' lists are read). Each trip is listed once, with its first
-// match. Sources that could not be asked are in unread.
+// traveler's email (asked of the trips service's GET /ops/trips), or,
+// when none of those matched, a company record id or key (hold_id,
+// charge_id, booking_id: the companies' lists are read). Each trip is
+// listed once, with its first match. Sources that could not be asked are in unread.
 func (r *Reconciler) Search(ctx context.Context, q string) (hits []SearchHit, unread []string) {
 	q = strings.TrimSpace(q)
 	hits = []SearchHit{}
@@ -656,6 +656,9 @@ func (r *Reconciler) Search(ctx context.Context, q string) (hits []SearchHit, un
 		}
 	} else {
 		unread = append(unread, "trips: its URL is not known ("+ServiceURLsEnv+"), so no Idempotency-Key or email search")
+	}
+	if len(hits) > 0 {
+		return hits, unread // the companies' lists are long: read them only when nothing else matched
 	}
 	for _, c := range []*provider.Client{r.cfg.Hotel, r.cfg.Payments, r.cfg.Cars} {
 		recs, err := c.List(ctx, "")
