@@ -85,6 +85,11 @@ var Default = Catalogue{ //nolint:gochecknoglobals // read-only declaration
 		{CarBooked, "car", StreamCar, "StepData", "the car is booked (pivot done)"},
 		{CarRejected, "car", StreamCar, "StepData", "the car firm is sold out"},
 		{CarFailed, "car", StreamCar, "StepData", "the booking could not be confirmed by its deadline and was canceled by key"},
+		{TripCancellationRequested, "trips", StreamTrips, "CancellationData", "the traveler canceled a confirmed trip; the fee is kept, the rest refunded"},
+		{TripCanceledByTraveler, "trips", StreamTrips, "TripSettledData", "the traveler's cancellation is done: hold released, car canceled, charge refunded but the fee"},
+		{HotelTravelerReleased, "hotel", StreamHotel, "StepData", "the hold was released for the traveler's cancellation"},
+		{PaymentTravelerRefunded, "payment", StreamPayment, "StepData", "the charge was refunded but the fee for the traveler's cancellation"},
+		{CarTravelerCanceled, "car", StreamCar, "StepData", "the car booking was canceled for the traveler's cancellation"},
 		{OperatorAction, "reconciler", StreamOperator, "OperatorActionData", "an operator asked for an action on a trip (retry an undo now, pause or resume its retries, resolve an incident, re-drive a dead letter, undo a leaked company record)"},
 	},
 	Steps: []Step{
@@ -123,6 +128,33 @@ var Default = Catalogue{ //nolint:gochecknoglobals // read-only declaration
 			Trigger:   []string{TripConfirmed, TripCanceled},
 			Publishes: []string{MailSent},
 		},
+		// The traveler's cancellation of a confirmed trip (cancellation.go):
+		// after the pivot, so forward-only, each retried until done.
+		{
+			Name: "traveler_release", Service: "hotel", Class: ForwardOnly,
+			Trigger:   []string{TripCancellationRequested},
+			Publishes: []string{HotelTravelerReleased},
+		},
+		{
+			Name: "traveler_refund", Service: "payment", Class: ForwardOnly,
+			Trigger:   []string{TripCancellationRequested},
+			Publishes: []string{PaymentTravelerRefunded},
+		},
+		{
+			Name: "traveler_cancel", Service: "car", Class: ForwardOnly,
+			Trigger:   []string{TripCancellationRequested},
+			Publishes: []string{CarTravelerCanceled},
+		},
+		{
+			Name: "traveler_settle", Service: "trips", Class: ForwardOnly,
+			Trigger:   []string{HotelTravelerReleased, PaymentTravelerRefunded, CarTravelerCanceled},
+			Publishes: []string{TripCanceledByTraveler},
+		},
+		{
+			Name: "traveler_mail", Service: "trips", Class: ForwardOnly,
+			Trigger:   []string{TripCanceledByTraveler},
+			Publishes: []string{MailSent},
+		},
 	},
 	Projections: []Projection{
 		{
@@ -132,6 +164,7 @@ var Default = Catalogue{ //nolint:gochecknoglobals // read-only declaration
 				HotelHeld, HotelRejected, HotelFailed, HotelReleased,
 				PaymentCharged, PaymentDeclined, PaymentFailed, PaymentRefunded,
 				CarBooked, CarRejected, CarFailed,
+				HotelTravelerReleased, PaymentTravelerRefunded, CarTravelerCanceled,
 			},
 		},
 		{
@@ -141,6 +174,8 @@ var Default = Catalogue{ //nolint:gochecknoglobals // read-only declaration
 				HotelHeld, HotelRejected, HotelFailed, HotelReleased,
 				PaymentCharged, PaymentDeclined, PaymentFailed, PaymentRefunded,
 				CarBooked, CarRejected, CarFailed,
+				TripCancellationRequested, TripCanceledByTraveler,
+				HotelTravelerReleased, PaymentTravelerRefunded, CarTravelerCanceled,
 			},
 		},
 	},
@@ -350,7 +385,7 @@ func (c Catalogue) Validate() error {
 		}
 	}
 	for _, t := range c.Types {
-		if t.Type == TripRequested {
+		if t.Type == TripRequested || t.Type == TripCancellationRequested {
 			published[t.Type] = true // published by the trips API, not a step
 		}
 	}

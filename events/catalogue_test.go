@@ -63,9 +63,9 @@ func TestCatalogueRejects(t *testing.T) {
 }
 
 func TestConsumesAndStreams(t *testing.T) {
-	require.ElementsMatch(t, []string{TripRequested, PaymentDeclined, PaymentFailed, PaymentRefunded, OperatorAction}, Default.Consumes("hotel"))
+	require.ElementsMatch(t, []string{TripRequested, PaymentDeclined, PaymentFailed, PaymentRefunded, OperatorAction, TripCancellationRequested}, Default.Consumes("hotel"))
 	require.Equal(t, map[string][]string{
-		StreamTrips:    {"trip.requested.>"},
+		StreamTrips:    {"trip.cancellation_requested.>", "trip.requested.>"},
 		StreamPayment:  {"payment.declined.>", "payment.failed.>", "payment.refunded.>"},
 		StreamOperator: {"operator.action.>"},
 	}, Default.Streams(Default.Consumes("hotel")))
@@ -75,7 +75,7 @@ func TestConsumesAndStreams(t *testing.T) {
 }
 
 func TestPublishes(t *testing.T) {
-	require.ElementsMatch(t, []string{HotelHeld, HotelRejected, HotelFailed, HotelReleased}, Default.Publishes("hotel"))
+	require.ElementsMatch(t, []string{HotelHeld, HotelRejected, HotelFailed, HotelReleased, HotelTravelerReleased}, Default.Publishes("hotel"))
 	require.ElementsMatch(t, []string{OperatorAction}, Default.Publishes("reconciler"))
-	require.ElementsMatch(t, []string{TripRequested, TripConfirmed, TripCanceled, MailSent}, Default.Publishes("trips"))
+	require.ElementsMatch(t, []string{TripRequested, TripConfirmed, TripCanceled, MailSent, TripCancellationRequested, TripCanceledByTraveler}, Default.Publishes("trips"))
 }

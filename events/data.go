@@ -12,6 +12,7 @@ var dataTypes = map[string]reflect.Type{ //nolint:gochecknoglobals // read-only 
 	"TripRequestedData":  reflect.TypeFor[TripRequestedData](),
 	"StepData":           reflect.TypeFor[StepData](),
 	"TripSettledData":    reflect.TypeFor[TripSettledData](),
+	"CancellationData":   reflect.TypeFor[CancellationData](),
 	"OperatorActionData": reflect.TypeFor[OperatorActionData](),
 }
 

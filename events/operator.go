@@ -115,5 +115,8 @@ func (c Catalogue) Publishes(service string) []string {
 	if et, ok := c.Lookup(TripRequested); ok && et.Service == service {
 		add(TripRequested)
 	}
+	if et, ok := c.Lookup(TripCancellationRequested); ok && et.Service == service {
+		add(TripCancellationRequested) // by the API too (POST /trips/{id}/cancellation)
+	}
 	return out
 }

@@ -26,7 +26,7 @@ func TestWithStepsInsurance(t *testing.T) {
 	for _, s := range c.Steps {
 		names = append(names, s.Name)
 	}
-	require.Equal(t, []string{"hotel", "insurance", "payment", "car", "confirm", "mail"}, names)
+	require.Equal(t, []string{"hotel", "insurance", "payment", "car", "confirm", "mail", "traveler_release", "traveler_refund", "traveler_cancel", "traveler_settle", "traveler_mail"}, names)
 
 	hotel, _ := c.Step("hotel")
 	require.Equal(t, []string{TripRequested}, hotel.Trigger)

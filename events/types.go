@@ -148,10 +148,17 @@ type StepData struct {
 	Request        *TripRequest `json:"request,omitempty"`
 }
 
-// TripSettledData is the data of [TripConfirmed] and [TripCanceled].
+// TripSettledData is the data of [TripConfirmed], [TripCanceled] and
+// [TripCanceledByTraveler].
 type TripSettledData struct {
 	TripID   string `json:"trip_id"`
 	Status   string `json:"status"`
 	Reason   string `json:"reason,omitempty"`
 	Traveler Person `json:"traveler"`
+	// FeeCents, RefundCents and Currency are set on
+	// [TripCanceledByTraveler] only: the fee kept and the amount refunded,
+	// in minor units.
+	FeeCents    *int64 `json:"fee_cents,omitempty"`
+	RefundCents *int64 `json:"refund_cents,omitempty"`
+	Currency    string `json:"currency,omitempty"`
 }

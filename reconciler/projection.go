@@ -36,8 +36,17 @@ func projectionTypes() []string {
 // "confirmed" or "canceled", confirmed winning if both were ever seen);
 // until then the status is [trips.Project] of the step events, the rule the
 // trips service itself follows, and settled is "".
+//
+// A traveler's cancellation follows a confirmed trip: trip.canceled_by_traveler
+// settles it as "canceled_by_traveler"; after trip.cancellation_requested
+// and until then it is "canceling_by_traveler", not settled (so a
+// cancellation that never ends is found stuck).
 func Status(seen []string) (status, settled string) {
 	switch {
+	case slices.Contains(seen, events.Kind(events.TripCanceledByTraveler)):
+		return trips.StatusCanceledByTraveler, trips.StatusCanceledByTraveler
+	case slices.Contains(seen, events.Kind(events.TripCancellationRequested)):
+		return trips.StatusCancelingByTraveler, ""
 	case slices.Contains(seen, "trip.confirmed"):
 		return trips.StatusConfirmed, trips.StatusConfirmed
 	case slices.Contains(seen, "trip.canceled"):
@@ -69,6 +78,9 @@ func apply(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	})
 	if err != nil {
 		return fmt.Errorf("trip_view %s: %w", trip, err)
+	}
+	if err := recordRefund(ctx, tx, e); err != nil {
+		return err
 	}
 	status, settled = Status(row.Seen)
 	if status == row.Status && settled == deref(row.Settled) {
@@ -120,6 +132,24 @@ func handleBatch(ctx context.Context, tx pgx.Tx, _ string, ds []outbox.Delivery)
 	}
 	_, _, err := applyItems(ctx, tx, items)
 	return err
+}
+
+// recordRefund records, for a trip.cancellation_requested, what the
+// traveler's cancellation refunds (trip_view.refund_cents), once the trip's
+// row exists; other events change nothing. Data that cannot be decoded is
+// an error wrapping events.ErrInvalidEvent.
+func recordRefund(ctx context.Context, tx pgx.Tx, e event.Event) error {
+	if e.Type() != events.TripCancellationRequested {
+		return nil
+	}
+	var d events.CancellationData
+	if err := events.DecodeData(e, &d); err != nil {
+		return err
+	}
+	if err := queries.TripViewSetRefund(ctx, tx, dbsqlc.TripViewSetRefundParams{TripID: e.Subject(), RefundCents: d.RefundCents}); err != nil {
+		return fmt.Errorf("trip_view %s refund: %w", e.Subject(), err)
+	}
+	return nil
 }
 
 func nonEmpty(s string) *string {

@@ -396,6 +396,7 @@ func applyItems(ctx context.Context, tx pgx.Tx, items []replayItem) (applied, du
 		first, last time.Time
 	}
 	groups := map[string]*group{}
+	var refunds []event.Event // fresh trip.cancellation_requested, applied after the merge
 	for _, it := range items {
 		k := [2]string{it.e.Source(), it.e.ID()}
 		if !isFresh[k] {
@@ -404,6 +405,9 @@ func applyItems(ctx context.Context, tx pgx.Tx, items []replayItem) (applied, du
 		}
 		delete(isFresh, k) // an event twice in one batch counts once
 		applied++
+		if it.e.Type() == events.TripCancellationRequested {
+			refunds = append(refunds, it.e)
+		}
 		at := it.e.Time().UTC()
 		if it.e.Time().IsZero() {
 			// CloudEvents time is optional; our producers always set it.
@@ -440,6 +444,11 @@ func applyItems(ctx context.Context, tx pgx.Tx, items []replayItem) (applied, du
 	rows, err := queries.TripViewApplyMany(ctx, tx, p)
 	if err != nil {
 		return 0, 0, fmt.Errorf("projection: trip_view: %w", err)
+	}
+	for _, e := range refunds {
+		if err := recordRefund(ctx, tx, e); err != nil {
+			return 0, 0, err
+		}
 	}
 	// As in apply, the status follows from the merged seen.
 	var upd dbsqlc.TripViewSetStatusManyParams

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -20,7 +21,11 @@ const (
 	// FindingHalf: the trip is settled (trip.confirmed or trip.canceled
 	// seen) but the companies' records disagree. Confirmed needs exactly
 	// one hold held, one charge charged and one booking booked; canceled
-	// needs none of them (a refunded charge is fine).
+	// needs none of them (a refunded charge is fine). Canceled by the
+	// traveler needs no hold held and no booking booked, and the charge
+	// refunded by exactly the charge minus the fee (or, when the fee is the
+	// whole charge, left charged): a hold, a booking or an unrefunded
+	// remainder left is half.
 	FindingHalf = "half"
 	// FindingOrphan: a company record is in force (held, charged, booked)
 	// for a trip whose trip.requested the projection never saw.
@@ -35,7 +40,7 @@ const (
 // FindingKinds lists every finding kind.
 var FindingKinds = []string{FindingHalf, FindingOrphan, FindingStuck, FindingUnattributed} //nolint:gochecknoglobals // read-only
 
-var statuses = []string{trips.StatusPending, trips.StatusConfirmed, trips.StatusCanceling, trips.StatusCanceled} //nolint:gochecknoglobals // read-only
+var statuses = []string{trips.StatusPending, trips.StatusConfirmed, trips.StatusCanceling, trips.StatusCanceled, trips.StatusCancelingByTraveler, trips.StatusCanceledByTraveler} //nolint:gochecknoglobals // read-only
 
 type metrics struct {
 	findings *prometheus.GaugeVec
@@ -111,6 +116,8 @@ type companyRecords struct {
 	// (FindingUnattributed); such an entry stands for one record.
 	unattributed string
 	active       []string // "hotel hold T-1:hotel held", for orphans
+	// refunded sums the refunded_cents of the trip's refunded charges.
+	refunded int64
 }
 
 // Sweep reads the companies' records, compares them with trip_view and
@@ -188,6 +195,10 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 		case trips.StatusCanceled:
 			if c != nil && (c.holds["held"] > 0 || c.charges["charged"] > 0 || c.bookings["booked"] > 0 || !r.policiesAgree(c, 0)) {
 				fs = append(fs, found{v.TripID, FindingHalf, "canceled by events, but the companies have " + c.describe()})
+			}
+		case trips.StatusCanceledByTraveler:
+			if why := travelerHalf(c, v.RefundCents.Int64); why != "" {
+				fs = append(fs, found{v.TripID, FindingHalf, "canceled by the traveler by events, but " + why + "; the companies have " + c.describe()})
 			}
 		default:
 			if age := now.Sub(v.LastEventAt); age > r.cfg.StuckAfter {
@@ -296,6 +307,9 @@ func (r *Reconciler) listCompanies(ctx context.Context) (map[string]*companyReco
 			}
 			by := cr.of(i)
 			by[rec.Status()]++
+			if c == r.cfg.Payments && rec.Status() == c.UndoneStatus {
+				cr.refunded += refundedCents(rec)
+			}
 			if rec.Status() == c.ActiveStatus && !r.young(rec, now) {
 				cr.active = append(cr.active, fmt.Sprintf("%s %s %s", c.Resource, rec.Key(), rec.Status()))
 			}
@@ -303,6 +317,43 @@ func (r *Reconciler) listCompanies(ctx context.Context) (map[string]*companyReco
 	}
 	r.countPolicies(out)
 	return out, n, nil
+}
+
+// refundedCents is a refunded charge record's refunded_cents
+// (providers.md, "Partial refunds"); 0 when it says none.
+func refundedCents(rec provider.Record) int64 {
+	switch n := rec["refunded_cents"].(type) {
+	case float64:
+		return int64(n)
+	case json.Number:
+		v, _ := n.Int64()
+		return v
+	}
+	return 0
+}
+
+// travelerHalf says what a trip canceled by the traveler left at the
+// companies ("" when nothing): a hold held, a booking booked, or a charge
+// not refunded by exactly refund (charge minus fee; a charge left charged
+// only when refund is 0, the fee being the whole charge).
+func travelerHalf(c *companyRecords, refund int64) string {
+	if c == nil {
+		c = &companyRecords{holds: map[string]int{}, charges: map[string]int{}, bookings: map[string]int{}}
+	}
+	var why []string
+	if c.holds["held"] > 0 {
+		why = append(why, "a hold is still held")
+	}
+	if c.bookings["booked"] > 0 {
+		why = append(why, "a car is still booked")
+	}
+	switch {
+	case refund > 0 && c.charges["charged"] > 0:
+		why = append(why, fmt.Sprintf("the charge is not refunded (%d due)", refund))
+	case c.refunded != refund:
+		why = append(why, fmt.Sprintf("%d refunded, not the %d due", c.refunded, refund))
+	}
+	return strings.Join(why, ", ")
 }
 
 // young reports whether rec was created less than OrphanGrace ago.

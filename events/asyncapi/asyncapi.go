@@ -288,7 +288,7 @@ func headersSchema() *yaml.Node {
 	set(props, "ce-specversion", str("CloudEvents specversion.", "const", "1.0"))
 	set(props, "ce-id", str("CloudEvents id: a ULID, unique per event; the inbox handles each id once.", "pattern", ULIDPattern))
 	set(props, "ce-source", str("CloudEvents source: /tripsaga/<publishing service>.", "pattern", `^/tripsaga/[a-z]+$`))
-	set(props, "ce-type", str("CloudEvents type: io.tripsaga.<kind>.v<major>.", "pattern", `^io\.tripsaga\.[a-z]+\.[a-z]+\.v[0-9]+$`))
+	set(props, "ce-type", str("CloudEvents type: io.tripsaga.<kind>.v<major>.", "pattern", `^io\.tripsaga\.[a-z]+\.[a-z_]+\.v[0-9]+$`))
 	set(props, "ce-subject", str("CloudEvents subject: the trip id, also the last token of the NATS subject.", "pattern", TripIDPattern))
 	set(props, "ce-time", str("CloudEvents time: when the event was made, RFC 3339 in UTC.", "format", "date-time"))
 	set(props, "ce-datacontenttype", str("CloudEvents datacontenttype of the body.", "const", "application/json"))
@@ -403,7 +403,15 @@ func example(c events.Catalogue, et events.EventType, i int) (*yaml.Node, error)
 		data = d
 	case "TripSettledData":
 		kind := events.Kind(et.Type)
-		data = events.TripSettledData{TripID: trip, Status: kind[strings.LastIndexByte(kind, '.')+1:], Traveler: req.Traveler}
+		d := events.TripSettledData{TripID: trip, Status: kind[strings.LastIndexByte(kind, '.')+1:], Traveler: req.Traveler}
+		if et.Type == events.TripCanceledByTraveler {
+			fee, refund := int64(8250), int64(24750)
+			d.FeeCents, d.RefundCents, d.Currency = &fee, &refund, "USD"
+		}
+		data = d
+	case "CancellationData":
+		data = events.CancellationData{TripID: trip, Request: *req, ChargedCents: 33000, FeeCents: 8250, RefundCents: 24750,
+			Currency: "USD", Band: "inside 7 days", RequestedAt: at.Add(-time.Hour)}
 	case "OperatorActionData":
 		data = events.OperatorActionData{Action: events.ActionRetryUndo, TripID: trip, Service: "payment",
 			Reason: "card processor back after its outage", Operator: "ada@ops.example", IdempotencyKey: "op-3f2a9c"}

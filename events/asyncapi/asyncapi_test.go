@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
@@ -179,6 +180,13 @@ func TestEventsAsTheServicesMakeThemValidate(t *testing.T) {
 		{"trips", events.TripConfirmed, events.TripSettledData{TripID: trip, Status: "confirmed", Traveler: req.Traveler}},
 		{"trips", events.TripCanceled, events.TripSettledData{TripID: trip, Status: "canceled", Reason: "car sold out", Traveler: req.Traveler}},
 		{"trips", events.MailSent, step("mail", "mail:confirmed", false, "M-1", "")},
+		{"trips", events.TripCancellationRequested, events.CancellationData{TripID: trip, Request: *req, ChargedCents: 33001, FeeCents: 8250,
+			RefundCents: 24751, Currency: "EUR", Band: "inside 7 days", RequestedAt: time.Date(2026, 2, 2, 10, 0, 0, 0, time.UTC)}},
+		{"hotel", events.HotelTravelerReleased, step("traveler_release", "traveler_release", true, "H-1", "")},
+		{"payment", events.PaymentTravelerRefunded, step("traveler_refund", "traveler_refund", true, "C-1", "")},
+		{"car", events.CarTravelerCanceled, step("traveler_cancel", "traveler_cancel", true, "B-1", "")},
+		{"trips", events.TripCanceledByTraveler, events.TripSettledData{TripID: trip, Status: "canceled_by_traveler", Traveler: req.Traveler,
+			FeeCents: new(int64(8250)), RefundCents: new(int64(24751)), Currency: "EUR"}},
 		{"reconciler", events.OperatorAction, events.OperatorActionData{Action: events.ActionRedrive, TripID: trip, Service: "payment",
 			Reason: "handler fixed", Operator: "ada", IdempotencyKey: "k-1", DeadLetter: &events.ParkedEvent{
 				Seq: 3, Stream: "HOTEL", StreamSeq: 9, Subject: "hotel.held." + trip, Consumer: "payment", Reason: "still failing",

@@ -23,7 +23,7 @@ const (
 	TripIDPattern = `^T-` + ulidPattern + `$`
 	// keyPattern matches an Idempotency-Key of a step's company call:
 	// "<trip id>:<key name>", e.g. "T-...:charge" or "T-...:mail:confirmed".
-	keyPattern = `^T-` + ulidPattern + `:[a-z]+(:[a-z]+)*$`
+	keyPattern = `^T-` + ulidPattern + `:[a-z_]+(:[a-z_]+)*$`
 	// textPattern refuses what events.CheckText refuses in a text field:
 	// C0 controls (line breaks among them), DEL, C1 controls, U+2028 and
 	// U+2029.
@@ -119,11 +119,25 @@ var fields = map[string]map[string]field{ //nolint:gochecknoglobals // read-only
 		"request":         {desc: "The trip request, carried by the events that start the next step."},
 	},
 	"TripSettledData": {
-		"":         {desc: "Data of io.tripsaga.trip.confirmed.v1 and io.tripsaga.trip.canceled.v1: the trip is settled."},
-		"trip_id":  {desc: "The trip: \"T-\" and a ULID, the event's ce-subject.", apply: pattern(TripIDPattern)},
-		"status":   {desc: "The final status.", apply: func(s *jsonschema.Schema) { s.Enum = []any{"canceled", "confirmed"} }},
-		"reason":   {desc: "Why the trip was canceled, in words; absent when it was confirmed.", apply: nonEmpty},
-		"traveler": {desc: "Who travels, to be told."},
+		"":             {desc: "Data of io.tripsaga.trip.confirmed.v1, io.tripsaga.trip.canceled.v1 and io.tripsaga.trip.canceled_by_traveler.v1: the trip is settled."},
+		"trip_id":      {desc: "The trip: \"T-\" and a ULID, the event's ce-subject.", apply: pattern(TripIDPattern)},
+		"status":       {desc: "The final status.", apply: func(s *jsonschema.Schema) { s.Enum = []any{"canceled", "confirmed", "canceled_by_traveler"} }},
+		"reason":       {desc: "Why the trip was canceled, in words; absent when it was confirmed.", apply: nonEmpty},
+		"traveler":     {desc: "Who travels, to be told."},
+		"fee_cents":    {desc: "canceled_by_traveler only: the cancellation fee kept, in minor units of currency.", apply: between(0, events.MaxAmountCents)},
+		"refund_cents": {desc: "canceled_by_traveler only: the amount refunded (the charge minus the fee), in minor units of currency.", apply: between(0, events.MaxAmountCents)},
+		"currency":     {desc: "canceled_by_traveler only: ISO 4217 code of the charge's currency.", apply: pattern(`^[A-Z]{3}$`)},
+	},
+	"CancellationData": {
+		"":              {desc: "Data of io.tripsaga.trip.cancellation_requested.v1: the traveler canceled a confirmed trip (POST /trips/{id}/cancellation); fee_cents + refund_cents = charged_cents."},
+		"trip_id":       {desc: "The trip: \"T-\" and a ULID, the event's ce-subject.", apply: pattern(TripIDPattern)},
+		"request":       {desc: "The trip request as booked."},
+		"charged_cents": {desc: "What the card was charged, in minor units of currency.", apply: between(events.MinAmountCents, events.MaxAmountCents)},
+		"fee_cents":     {desc: "The cancellation fee the policy keeps (services/trips/cancellation_policy.json), in minor units.", apply: between(0, events.MaxAmountCents)},
+		"refund_cents":  {desc: "What is refunded: charged_cents minus fee_cents.", apply: between(0, events.MaxAmountCents)},
+		"currency":      {desc: "ISO 4217 code of the charge's currency.", apply: pattern(`^[A-Z]{3}$`)},
+		"band":          {desc: "The policy's fee band that applied (\"inside 7 days\", ...).", apply: nonEmpty},
+		"requested_at":  {desc: "When the traveler asked (RFC 3339, UTC).", apply: format("date-time")},
 	},
 	"OperatorActionData": {
 		"": {desc: "Data of io.tripsaga.operator.action.v1: who (operator) asked for what (action, about trip_id, carried out by service) and why (reason); when is the event's ce-time."},

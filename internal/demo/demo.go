@@ -83,6 +83,15 @@ type TripOutcome struct {
 	// Policy is the insurer's status of the trip's policy ("active",
 	// "canceled", "none"), "" with the insurance step off.
 	Policy string `json:"policy,omitempty"`
+	// A trip canceled by the traveler: the fee and refund our API
+	// announced, what the card processor says it refunded
+	// (refunded_cents), and the statement's charge and refund amounts.
+	// Mails then counts the cancellation emails only.
+	FeeCents        int64 `json:"fee_cents,omitempty"`
+	RefundCents     int64 `json:"refund_cents,omitempty"`
+	RefundedCents   int64 `json:"refunded_cents,omitempty"`
+	ChargedCents    int64 `json:"charged_cents,omitempty"`
+	RefundLineCents int64 `json:"refund_line_cents,omitempty"`
 }
 
 // Outcome is one situation's row.
@@ -116,6 +125,7 @@ func SituationsWith(insurance bool) []Situation {
 		{Name: "car times out, never books", WantStatus: "canceled", WantVerdict: Empty, run: carHangs},
 		{Name: "refunds fail for 30 s while undoing", WantStatus: "canceled", WantVerdict: Empty, run: refundsFail},
 		{Name: "same POST twice, one Idempotency-Key", WantStatus: "confirmed", WantVerdict: Whole, run: samePostTwice},
+		{Name: "a confirmed trip canceled by the traveler inside 7 days", WantStatus: "canceled_by_traveler", WantVerdict: FeeKept, run: canceledInside7Days},
 	}, insurerSituations(insurance)...)
 }
 
@@ -323,6 +333,9 @@ func (env *Env) Records(ctx context.Context, t *TripOutcome, card string) {
 	if _, err := env.getJSON(ctx, env.MailURL+"/messages?trip_id="+url.QueryEscape(t.TripID), &msgs); err == nil {
 		t.Mails = len(msgs.Items)
 	}
+	if t.Status == "canceled_by_traveler" {
+		env.cancellationRecords(ctx, t, card)
+	}
 	t.Verdict = Verdict(*t)
 }
 
@@ -338,6 +351,8 @@ func Verdict(t TripOutcome) string {
 		return Whole
 	case t.Status == "canceled" && empty && policyAgrees(t, Empty):
 		return Empty
+	case t.Status == "canceled_by_traveler" && feeKept(t):
+		return FeeKept
 	}
 	return Half
 }
@@ -390,6 +405,9 @@ func (o *Outcome) summarize() {
 	o.Records = count(func(t TripOutcome) string {
 		r := fmt.Sprintf("hold %s; charge %s (%d charge/%d refund lines); car %s; %d mail", t.Hold, t.Charge, t.Charges, t.Refunds, t.Booking, t.Mails)
 		r += policyNote(t)
+		if t.Status == "canceled_by_traveler" {
+			r += fmt.Sprintf("; %d charged, %d refunded, fee %d kept", t.ChargedCents, t.RefundedCents, t.ChargedCents-t.RefundedCents)
+		}
 		return r
 	})
 }

@@ -71,6 +71,25 @@ const (
 	TripsMailAfterCall    = "trips.mail.after_call"
 	TripsMailAfterLog     = "trips.mail.after_log"
 
+	// The traveler's cancellation of a confirmed trip: each service's
+	// forward-only undo by the booking's key (events.TripCancellationRequested).
+	HotelTravelerReleaseBeforeCall    = "hotel.traveler_release.before_call"
+	HotelTravelerReleaseAnswerUnread  = "hotel.traveler_release.answer_unread"
+	HotelTravelerReleaseAfterCall     = "hotel.traveler_release.after_call"
+	HotelTravelerReleaseAfterLog      = "hotel.traveler_release.after_log"
+	PaymentTravelerRefundBeforeCall   = "payment.traveler_refund.before_call"
+	PaymentTravelerRefundAnswerUnread = "payment.traveler_refund.answer_unread"
+	PaymentTravelerRefundAfterCall    = "payment.traveler_refund.after_call"
+	PaymentTravelerRefundAfterLog     = "payment.traveler_refund.after_log"
+	CarTravelerCancelBeforeCall       = "car.traveler_cancel.before_call"
+	CarTravelerCancelAnswerUnread     = "car.traveler_cancel.answer_unread"
+	CarTravelerCancelAfterCall        = "car.traveler_cancel.after_call"
+	CarTravelerCancelAfterLog         = "car.traveler_cancel.after_log"
+	TripsTravelerMailBeforeCall       = "trips.traveler_mail.before_call"
+	TripsTravelerMailAnswerUnread     = "trips.traveler_mail.answer_unread"
+	TripsTravelerMailAfterCall        = "trips.traveler_mail.after_call"
+	TripsTravelerMailAfterLog         = "trips.traveler_mail.after_log"
+
 	TripsRelayAfterPublish   = "trips.relay.after_publish"
 	HotelRelayAfterPublish   = "hotel.relay.after_publish"
 	PaymentRelayAfterPublish = "payment.relay.after_publish"
@@ -92,6 +111,10 @@ var Points = []string{ //nolint:gochecknoglobals // read-only
 	CarBookBeforeCall, CarBookAnswerUnread, CarBookAfterCall, CarBookAfterLog,
 	CarCancelBeforeCall, CarCancelAnswerUnread, CarCancelAfterCall, CarCancelAfterLog,
 	TripsMailBeforeCall, TripsMailAnswerUnread, TripsMailAfterCall, TripsMailAfterLog,
+	HotelTravelerReleaseBeforeCall, HotelTravelerReleaseAnswerUnread, HotelTravelerReleaseAfterCall, HotelTravelerReleaseAfterLog,
+	PaymentTravelerRefundBeforeCall, PaymentTravelerRefundAnswerUnread, PaymentTravelerRefundAfterCall, PaymentTravelerRefundAfterLog,
+	CarTravelerCancelBeforeCall, CarTravelerCancelAnswerUnread, CarTravelerCancelAfterCall, CarTravelerCancelAfterLog,
+	TripsTravelerMailBeforeCall, TripsTravelerMailAnswerUnread, TripsTravelerMailAfterCall, TripsTravelerMailAfterLog,
 	TripsRelayAfterPublish, HotelRelayAfterPublish, PaymentRelayAfterPublish, CarRelayAfterPublish,
 	TripsInboxAfterCommit, HotelInboxAfterCommit, PaymentInboxAfterCommit, CarInboxAfterCommit, ReconcilerInboxAfterCommit,
 }

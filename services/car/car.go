@@ -37,7 +37,16 @@ func Spec(baseURL string) saga.Spec {
 	}
 }
 
+// TravelerCancel returns the car firm's part in the traveler's
+// cancellation of a confirmed trip: on trip.cancellation_requested, cancel
+// the booking "<trip>:car" (Idempotency-Key "<trip>:traveler_cancel" in
+// the step log) and publish car.traveler_canceled. The car firm charges no
+// fee of its own: providers.md gives it none.
+func TravelerCancel(baseURL string) saga.ExtraStep {
+	return saga.CancellationStep("traveler_cancel", "car", "car", provider.Cars(baseURL), events.CarTravelerCanceled, false)
+}
+
 // Run runs the car service process.
 func Run(ctx context.Context, env app.Env) error {
-	return app.RunStep(ctx, env, Spec(env.CarsURL), Build, "CARS_URL")
+	return app.RunStep(ctx, env, Spec(env.CarsURL), Build, "CARS_URL", TravelerCancel(env.CarsURL))
 }

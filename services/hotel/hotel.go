@@ -38,7 +38,16 @@ func Spec(baseURL string) saga.Spec {
 	}
 }
 
+// TravelerRelease returns the hotel's part in the traveler's cancellation
+// of a confirmed trip: on trip.cancellation_requested, release the hold
+// "<trip>:hotel" (Idempotency-Key "<trip>:traveler_release" in the step
+// log) and publish hotel.traveler_released. The hotel charges no fee of its
+// own: providers.md gives it none.
+func TravelerRelease(baseURL string) saga.ExtraStep {
+	return saga.CancellationStep("traveler_release", "hotel", "hotel", provider.Hotel(baseURL), events.HotelTravelerReleased, false)
+}
+
 // Run runs the hotel service process.
 func Run(ctx context.Context, env app.Env) error {
-	return app.RunStep(ctx, env, Spec(env.HotelURL), Build, "HOTEL_URL")
+	return app.RunStep(ctx, env, Spec(env.HotelURL), Build, "HOTEL_URL", TravelerRelease(env.HotelURL))
 }

@@ -39,7 +39,18 @@ func Spec(baseURL string) saga.Spec {
 	}
 }
 
+// TravelerRefund returns the payment's part in the traveler's
+// cancellation of a confirmed trip: on trip.cancellation_requested, refund
+// the charge "<trip>:charge" in part, the charge minus the fee
+// (POST /charges/{key}/refund {"amount_cents"}, providers.md; no call when
+// the fee is the whole charge), under the Idempotency-Key
+// "<trip>:traveler_refund" in the step log, and publish
+// payment.traveler_refunded.
+func TravelerRefund(baseURL string) saga.ExtraStep {
+	return saga.CancellationStep("traveler_refund", "payment", "charge", provider.Payments(baseURL), events.PaymentTravelerRefunded, true)
+}
+
 // Run runs the payment service process.
 func Run(ctx context.Context, env app.Env) error {
-	return app.RunStep(ctx, env, Spec(env.PaymentsURL), Build, "PAYMENTS_URL")
+	return app.RunStep(ctx, env, Spec(env.PaymentsURL), Build, "PAYMENTS_URL", TravelerRefund(env.PaymentsURL))
 }

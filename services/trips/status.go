@@ -14,8 +14,12 @@ const (
 	StatusCanceled  = "canceled"
 )
 
-// IsFinal reports whether status is confirmed or canceled.
-func IsFinal(status string) bool { return status == StatusConfirmed || status == StatusCanceled }
+// IsFinal reports whether the booking of a trip in status is settled:
+// confirmed or canceled, or canceling_by_traveler or canceled_by_traveler
+// (a traveler cancels only a confirmed trip).
+func IsFinal(status string) bool {
+	return status == StatusConfirmed || status == StatusCanceled || status == StatusCancelingByTraveler || status == StatusCanceledByTraveler
+}
 
 // failures maps each failure kind to the reason shown to the traveler when
 // the event carries none.

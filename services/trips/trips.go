@@ -53,6 +53,8 @@ type Trip struct {
 	CreatedAt time.Time           `json:"created_at"`
 	SettledAt *time.Time          `json:"settled_at,omitempty"`
 	Request   *events.TripRequest `json:"request,omitempty"`
+	// Cancellation is the traveler's cancellation of the trip, if any.
+	Cancellation *Cancellation `json:"cancellation,omitempty"`
 }
 
 func tripFromRow(row dbsqlc.Trip) Trip {
@@ -71,6 +73,7 @@ func tripFromRow(row dbsqlc.Trip) Trip {
 	if json.Unmarshal(row.Request, &req) == nil {
 		t.Request = &req
 	}
+	t.Cancellation = cancellationFromRow(row, req)
 	return t
 }
 
@@ -85,22 +88,29 @@ type Config struct {
 	Instance   string
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
+	// Policy is the traveler's cancellation fee policy; nil:
+	// [DefaultPolicy].
+	Policy *Policy
 }
 
 // Service is the trips service.
 type Service struct {
-	cfg     Config
-	log     *slog.Logger
-	relay   *outbox.Relay
-	mail    *saga.Runner
-	live    *saga.Liveness
-	inboxes []*outbox.Inbox
-	mu      sync.Mutex
-	waiters map[string]*waiter // trip id -> closed at its next status change
+	cfg   Config
+	log   *slog.Logger
+	relay *outbox.Relay
+	mail  *saga.Runner
+	// travelerMail emails the traveler once a cancellation is done (step
+	// traveler_mail: a trip's step log has one row per step).
+	travelerMail *saga.Runner
+	live         *saga.Liveness
+	inboxes      []*outbox.Inbox
+	mu           sync.Mutex
+	waiters      map[string]*waiter // trip id -> closed at its next status change
 	// notified counts settled-trip notifications received from other
 	// replicas; sender names this one in its own (random, per process).
 	notified atomic.Int64
 	sender   string
+	policy   Policy
 }
 
 // New builds the service.
@@ -108,7 +118,10 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, waiters: map[string]*waiter{}, sender: rand.Text()}
+	s := &Service{cfg: cfg, log: cfg.Logger, waiters: map[string]*waiter{}, sender: rand.Text(), policy: DefaultPolicy()}
+	if cfg.Policy != nil {
+		s.policy = *cfg.Policy
+	}
 	var err error
 	s.relay, err = outbox.NewRelay(outbox.RelayConfig{
 		Pool: cfg.Pool, JetStream: cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer,
@@ -125,6 +138,13 @@ func New(cfg Config) (*Service, error) {
 	s.mail, err = saga.New(saga.Config{
 		Pool: cfg.Pool, Timing: cfg.Timing, Liveness: s.live, Relay: s.relay, Logger: cfg.Logger, Registerer: cfg.Registerer,
 		Spec: saga.Spec{Name: "mail", Service: "trips", Class: events.ForwardOnly, Company: mc, ActiveStatus: mc.ActiveStatus, OnDone: events.MailSent},
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.travelerMail, err = saga.New(saga.Config{
+		Pool: cfg.Pool, Timing: cfg.Timing, Liveness: s.live, Relay: s.relay, Logger: cfg.Logger, Registerer: cfg.Registerer,
+		Spec: saga.Spec{Name: "traveler_mail", Service: "trips", Class: events.ForwardOnly, Company: mc, ActiveStatus: mc.ActiveStatus, OnDone: events.MailSent},
 	})
 	if err != nil {
 		return nil, err
@@ -169,10 +189,14 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	if _, err := s.mail.RecoveryPass(ctx); err != nil {
 		return fmt.Errorf("recovery pass: %w", err)
 	}
+	if _, err := s.travelerMail.RecoveryPass(ctx); err != nil {
+		return fmt.Errorf("recovery pass: %w", err)
+	}
 	if ready != nil {
 		ready()
 	}
 	g.Go(func() error { return s.mail.Run(ctx) })
+	g.Go(func() error { return s.travelerMail.Run(ctx) })
 	for _, in := range s.inboxes {
 		g.Go(func() error { return in.Run(ctx) })
 	}
@@ -213,6 +237,9 @@ func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
 		return err
 	}
 	was := row.Status
+	if was == StatusCancelingByTraveler || was == StatusCanceledByTraveler {
+		return s.projectCancellation(ctx, tx, row)
+	}
 	if IsFinal(was) {
 		return nil
 	}
@@ -391,7 +418,12 @@ func (s *Service) requestMail(ctx context.Context, tx pgx.Tx, e event.Event) err
 		subject = "Your trip " + trip + " was canceled"
 		text = "Hello " + name + ",\n\nwe could not book your trip (" + reason + "). Nothing is held and any charge was refunded.\n"
 	}
-	_, err := s.mail.Request(ctx, tx, saga.Request{
+	runner := s.mail
+	if d.Status == StatusCanceledByTraveler {
+		subject, text = cancellationMail(trip, name, d)
+		runner = s.travelerMail
+	}
+	_, err := runner.Request(ctx, tx, saga.Request{
 		TripID: d.TripID, KeyName: "mail:" + d.Status,
 		Body: map[string]string{"to": oneLine(d.Traveler.Email), "subject": subject, "text": text, "trip_id": d.TripID},
 	})
@@ -411,6 +443,7 @@ func (s *Service) Handler(mux *http.ServeMux) {
 	mux.HandleFunc("POST /trips", s.postTrip)
 	mux.HandleFunc("GET /trips/{id}", s.getTrip)
 	mux.HandleFunc("GET /trips", s.listTrips)
+	s.handleCancellation(mux)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -518,7 +551,12 @@ func (s *Service) create(ctx context.Context, key string, req events.TripRequest
 // the projection and checking the database every second besides (another
 // request may be waiting on the same trip, and a wake can be missed).
 func (s *Service) waitSettled(ctx context.Context, row dbsqlc.Trip, d time.Duration) dbsqlc.Trip {
-	if IsFinal(row.Status) || d <= 0 {
+	return s.waitUntil(ctx, row, d, IsFinal)
+}
+
+// waitUntil is waitSettled until done(status) instead of a final status.
+func (s *Service) waitUntil(ctx context.Context, row dbsqlc.Trip, d time.Duration, done func(status string) bool) dbsqlc.Trip {
+	if done(row.Status) || d <= 0 {
 		return row
 	}
 	deadline := time.NewTimer(d)
@@ -548,7 +586,7 @@ func (s *Service) waitSettled(ctx context.Context, row dbsqlc.Trip, d time.Durat
 				row = cur
 			}
 		}
-		if IsFinal(row.Status) {
+		if done(row.Status) {
 			return row
 		}
 	}
@@ -585,8 +623,8 @@ func (s *Service) listTrips(w http.ResponseWriter, r *http.Request) {
 	}
 	var status, after *string
 	if v := q.Get("status"); v != "" {
-		if !slices.Contains([]string{StatusPending, StatusConfirmed, StatusCanceling, StatusCanceled}, v) {
-			errs = append(errs, FieldError{Field: "status", Pointer: "query:status", Detail: "must be pending, confirmed, canceling or canceled"})
+		if !slices.Contains([]string{StatusPending, StatusConfirmed, StatusCanceling, StatusCanceled, StatusCancelingByTraveler, StatusCanceledByTraveler}, v) {
+			errs = append(errs, FieldError{Field: "status", Pointer: "query:status", Detail: "must be pending, confirmed, canceling, canceled, canceling_by_traveler or canceled_by_traveler"})
 		}
 		status = &v
 	}
@@ -632,7 +670,11 @@ func Run(ctx context.Context, env app.Env) error {
 	if err := p.ExportState("trips"); err != nil {
 		return fmt.Errorf("trips: metrics: %w", err)
 	}
-	s, err := New(Config{Pool: p.Pool, JetStream: p.JS, MailURL: env.MailURL, Timing: env.Timing(), Logger: p.Log, Registerer: p.Registry})
+	policy, err := LoadPolicy()
+	if err != nil {
+		return fmt.Errorf("trips: %w", err)
+	}
+	s, err := New(Config{Pool: p.Pool, JetStream: p.JS, MailURL: env.MailURL, Timing: env.Timing(), Logger: p.Log, Registerer: p.Registry, Policy: &policy})
 	if err != nil {
 		return err
 	}

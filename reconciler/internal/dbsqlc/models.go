@@ -149,4 +149,5 @@ type TripView struct {
 	FirstEventAt time.Time
 	LastEventAt  time.Time
 	UpdatedAt    time.Time
+	RefundCents  pgtype.Int8
 }

@@ -319,7 +319,7 @@ func (q *Queries) TripViewDeleteAll(ctx context.Context, db DBTX) (int64, error)
 }
 
 const tripViewGet = `-- name: TripViewGet :one
-SELECT trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at, updated_at FROM trip_view WHERE trip_id = $1
+SELECT trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at, updated_at, refund_cents FROM trip_view WHERE trip_id = $1
 `
 
 func (q *Queries) TripViewGet(ctx context.Context, db DBTX, tripID string) (TripView, error) {
@@ -336,12 +336,13 @@ func (q *Queries) TripViewGet(ctx context.Context, db DBTX, tripID string) (Trip
 		&i.FirstEventAt,
 		&i.LastEventAt,
 		&i.UpdatedAt,
+		&i.RefundCents,
 	)
 	return i, err
 }
 
 const tripViewListAll = `-- name: TripViewListAll :many
-SELECT trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at, updated_at FROM trip_view ORDER BY trip_id
+SELECT trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at, updated_at, refund_cents FROM trip_view ORDER BY trip_id
 `
 
 // Every trip, in trip id order (the sweep and replay comparisons).
@@ -365,6 +366,7 @@ func (q *Queries) TripViewListAll(ctx context.Context, db DBTX) ([]TripView, err
 			&i.FirstEventAt,
 			&i.LastEventAt,
 			&i.UpdatedAt,
+			&i.RefundCents,
 		); err != nil {
 			return nil, err
 		}
@@ -377,7 +379,7 @@ func (q *Queries) TripViewListAll(ctx context.Context, db DBTX) ([]TripView, err
 }
 
 const tripViewListNewest = `-- name: TripViewListNewest :many
-SELECT trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at, updated_at FROM trip_view ORDER BY first_event_at DESC, trip_id DESC LIMIT $1
+SELECT trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at, updated_at, refund_cents FROM trip_view ORDER BY first_event_at DESC, trip_id DESC LIMIT $1
 `
 
 func (q *Queries) TripViewListNewest(ctx context.Context, db DBTX, max int32) ([]TripView, error) {
@@ -400,6 +402,7 @@ func (q *Queries) TripViewListNewest(ctx context.Context, db DBTX, max int32) ([
 			&i.FirstEventAt,
 			&i.LastEventAt,
 			&i.UpdatedAt,
+			&i.RefundCents,
 		); err != nil {
 			return nil, err
 		}
@@ -434,6 +437,23 @@ func (q *Queries) TripViewListRequested(ctx context.Context, db DBTX, tripIds []
 		return nil, err
 	}
 	return items, nil
+}
+
+const tripViewSetRefund = `-- name: TripViewSetRefund :exec
+UPDATE trip_view SET refund_cents = $1::bigint, updated_at = now()
+WHERE trip_id = $2
+`
+
+type TripViewSetRefundParams struct {
+	RefundCents int64
+	TripID      string
+}
+
+// Records what a traveler's cancellation of the trip refunds (from its
+// trip.cancellation_requested), for the sweep.
+func (q *Queries) TripViewSetRefund(ctx context.Context, db DBTX, arg TripViewSetRefundParams) error {
+	_, err := db.Exec(ctx, tripViewSetRefund, arg.RefundCents, arg.TripID)
+	return err
 }
 
 const tripViewSetStatus = `-- name: TripViewSetStatus :exec

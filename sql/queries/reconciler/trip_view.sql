@@ -118,3 +118,9 @@ SET seen = ARRAY(SELECT DISTINCT k FROM unnest(v.seen || EXCLUDED.seen) AS k ORD
     last_event_at = GREATEST(v.last_event_at, EXCLUDED.last_event_at),
     updated_at = now()
 RETURNING trip_id, seen, status, settled;
+
+-- name: TripViewSetRefund :exec
+-- Records what a traveler's cancellation of the trip refunds (from its
+-- trip.cancellation_requested), for the sweep.
+UPDATE trip_view SET refund_cents = @refund_cents::bigint, updated_at = now()
+WHERE trip_id = @trip_id;

@@ -6,6 +6,8 @@ package dbsqlc
 
 import (
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type Inbox struct {
@@ -105,16 +107,23 @@ type Step struct {
 }
 
 type Trip struct {
-	TripID         string
-	IdempotencyKey *string
-	Fingerprint    string
-	Request        []byte
-	Status         string
-	Reason         *string
-	Seen           []string
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	SettledAt      *time.Time
+	TripID            string
+	IdempotencyKey    *string
+	Fingerprint       string
+	Request           []byte
+	Status            string
+	Reason            *string
+	Seen              []string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	SettledAt         *time.Time
+	CancelKey         *string
+	CancelRequestedAt *time.Time
+	CancelBand        *string
+	ChargedCents      pgtype.Int8
+	FeeCents          pgtype.Int8
+	RefundCents       pgtype.Int8
+	CanceledAt        *time.Time
 }
 
 type TripPause struct {

@@ -11,7 +11,7 @@ import (
 )
 
 const tripGet = `-- name: TripGet :one
-SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at FROM trips WHERE trip_id = $1
+SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at FROM trips WHERE trip_id = $1
 `
 
 func (q *Queries) TripGet(ctx context.Context, db DBTX, tripID string) (Trip, error) {
@@ -28,12 +28,19 @@ func (q *Queries) TripGet(ctx context.Context, db DBTX, tripID string) (Trip, er
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.SettledAt,
+		&i.CancelKey,
+		&i.CancelRequestedAt,
+		&i.CancelBand,
+		&i.ChargedCents,
+		&i.FeeCents,
+		&i.RefundCents,
+		&i.CanceledAt,
 	)
 	return i, err
 }
 
 const tripGetByIdempotencyKey = `-- name: TripGetByIdempotencyKey :one
-SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at FROM trips WHERE idempotency_key = $1
+SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at FROM trips WHERE idempotency_key = $1
 `
 
 func (q *Queries) TripGetByIdempotencyKey(ctx context.Context, db DBTX, idempotencyKey *string) (Trip, error) {
@@ -50,6 +57,13 @@ func (q *Queries) TripGetByIdempotencyKey(ctx context.Context, db DBTX, idempote
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.SettledAt,
+		&i.CancelKey,
+		&i.CancelRequestedAt,
+		&i.CancelBand,
+		&i.ChargedCents,
+		&i.FeeCents,
+		&i.RefundCents,
+		&i.CanceledAt,
 	)
 	return i, err
 }
@@ -58,7 +72,7 @@ const tripInsert = `-- name: TripInsert :one
 INSERT INTO trips (trip_id, idempotency_key, fingerprint, request, status)
 VALUES ($1, $2, $3, $4, 'pending')
 ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at
+RETURNING trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at
 `
 
 type TripInsertParams struct {
@@ -88,12 +102,19 @@ func (q *Queries) TripInsert(ctx context.Context, db DBTX, arg TripInsertParams)
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.SettledAt,
+		&i.CancelKey,
+		&i.CancelRequestedAt,
+		&i.CancelBand,
+		&i.ChargedCents,
+		&i.FeeCents,
+		&i.RefundCents,
+		&i.CanceledAt,
 	)
 	return i, err
 }
 
 const tripList = `-- name: TripList :many
-SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at FROM trips
+SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at FROM trips
 WHERE ($1::text IS NULL OR status = $1::text)
   AND ($2::text IS NULL OR trip_id < $2::text)
 ORDER BY trip_id DESC
@@ -127,6 +148,13 @@ func (q *Queries) TripList(ctx context.Context, db DBTX, arg TripListParams) ([]
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.SettledAt,
+			&i.CancelKey,
+			&i.CancelRequestedAt,
+			&i.CancelBand,
+			&i.ChargedCents,
+			&i.FeeCents,
+			&i.RefundCents,
+			&i.CanceledAt,
 		); err != nil {
 			return nil, err
 		}
@@ -163,7 +191,7 @@ SET seen = CASE WHEN $1::text = ANY(seen) THEN seen ELSE seen || $1::text END,
     reason = coalesce(reason, $2::text),
     updated_at = now()
 WHERE trip_id = $3
-RETURNING trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at
+RETURNING trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at
 `
 
 type TripSeeEventParams struct {
@@ -190,6 +218,13 @@ func (q *Queries) TripSeeEvent(ctx context.Context, db DBTX, arg TripSeeEventPar
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.SettledAt,
+		&i.CancelKey,
+		&i.CancelRequestedAt,
+		&i.CancelBand,
+		&i.ChargedCents,
+		&i.FeeCents,
+		&i.RefundCents,
+		&i.CanceledAt,
 	)
 	return i, err
 }

@@ -1,0 +1,298 @@
+package trips
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"golang.org/x/text/currency"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/services/trips/internal/dbsqlc"
+)
+
+// The traveler's cancellation statuses (trips-api.md, Statuses): a
+// confirmed trip the traveler cancels is canceling_by_traveler while the
+// hold is released, the car canceled and the charge refunded but the fee,
+// then canceled_by_traveler (final).
+const (
+	StatusCancelingByTraveler = "canceling_by_traveler"
+	StatusCanceledByTraveler  = "canceled_by_traveler"
+)
+
+// travelerKinds are the event kinds of the three parts of a traveler's
+// cancellation, each done once its kind is seen.
+var travelerKinds = map[string]string{ //nolint:gochecknoglobals // read-only table
+	"hotel":   events.Kind(events.HotelTravelerReleased),
+	"payment": events.Kind(events.PaymentTravelerRefunded),
+	"car":     events.Kind(events.CarTravelerCanceled),
+}
+
+// Cancellation is the traveler's cancellation of a trip, as GET
+// /trips/{id} shows it. Amounts are minor units of Currency:
+// FeeCents + RefundCents == ChargedCents.
+type Cancellation struct {
+	RequestedAt  time.Time `json:"requested_at"`
+	Band         string    `json:"band"`
+	ChargedCents int64     `json:"charged_cents"`
+	FeeCents     int64     `json:"fee_cents"`
+	RefundCents  int64     `json:"refund_cents"`
+	Currency     string    `json:"currency"`
+	// Steps: "hotel" released, "car" canceled, "payment" refunded, or
+	// "pending" while the company has not answered yet.
+	Steps      map[string]string `json:"steps"`
+	CanceledAt *time.Time        `json:"canceled_at,omitempty"`
+}
+
+func cancellationFromRow(row dbsqlc.Trip, req events.TripRequest) *Cancellation {
+	if row.CancelRequestedAt == nil {
+		return nil
+	}
+	c := &Cancellation{
+		RequestedAt: row.CancelRequestedAt.UTC(), ChargedCents: row.ChargedCents.Int64,
+		FeeCents: row.FeeCents.Int64, RefundCents: row.RefundCents.Int64, Currency: req.Payment.Currency,
+		Steps: map[string]string{},
+	}
+	if row.CancelBand != nil {
+		c.Band = *row.CancelBand
+	}
+	done := map[string]string{"hotel": "released", "payment": "refunded", "car": "canceled"}
+	for part, kind := range travelerKinds {
+		c.Steps[part] = "pending"
+		if slices.Contains(row.Seen, kind) {
+			c.Steps[part] = done[part]
+		}
+	}
+	if row.CanceledAt != nil {
+		t := row.CanceledAt.UTC()
+		c.CanceledAt = &t
+	}
+	return c
+}
+
+// handleCancellation mounts POST /trips/{id}/cancellation.
+func (s *Service) handleCancellation(mux *http.ServeMux) {
+	mux.HandleFunc("POST /trips/{id}/cancellation", s.postCancellation)
+}
+
+// problemNotCancelable is the problem type of a cancellation refused for
+// the trip's status.
+const problemNotCancelable = "https://tripsaga.io/problems/trip-not-cancelable"
+
+// statusProblem is a 409 naming the trip's status (extension member
+// trip_status).
+type statusProblem struct {
+	app.Problem
+	TripStatus string `json:"trip_status"`
+}
+
+func (s *Service) postCancellation(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !IsTripID(id) {
+		app.WriteNotFound(w, r, "Trip not found")
+		return
+	}
+	var errs []FieldError
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1024))
+	if b := bytes.TrimSpace(raw); err != nil || (len(b) > 0 && !bytes.Equal(b, []byte("{}"))) {
+		errs = append(errs, FieldError{Field: "body", Pointer: "", Detail: "must be empty or {}: a cancellation takes no fields"})
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" {
+		errs = append(errs, FieldError{Field: "Idempotency-Key", Pointer: "header:Idempotency-Key", Detail: "required: the same key asks for the same cancellation again"})
+	} else if detail := CheckKey(key); detail != "" {
+		errs = append(errs, FieldError{Field: "Idempotency-Key", Pointer: "header:Idempotency-Key", Detail: detail})
+	}
+	if len(errs) > 0 {
+		writeProblem(w, Problem{Type: problemInvalidRequest, Title: "Invalid cancellation request", Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("%d field(s) are invalid", len(errs)), Errors: errs})
+		return
+	}
+	wait, applied := ParseWait(r.Header)
+	row, err := s.cancel(r.Context(), id, key, time.Now())
+	var refused *notCancelable
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		app.WriteNotFound(w, r, "Trip not found")
+		return
+	case errors.As(err, &refused):
+		detail := "only a confirmed trip can be canceled by the traveler; this one is " + refused.status
+		if refused.otherKey {
+			detail = "the trip is " + refused.status + " by another cancellation request (another Idempotency-Key)"
+		}
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusConflict)
+		_ = json.NewEncoder(w).Encode(statusProblem{
+			Problem:    Problem{Type: problemNotCancelable, Title: "The trip cannot be canceled in its status", Status: http.StatusConflict, Detail: detail, Instance: r.URL.EscapedPath()},
+			TripStatus: refused.status,
+		})
+		return
+	case err != nil:
+		app.WriteError(w, r, s.log, "cancel trip", err)
+		return
+	}
+	row = s.waitUntil(r.Context(), row, wait, func(st string) bool { return st != StatusCancelingByTraveler })
+	if applied {
+		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+	}
+	w.Header().Set("Location", "/trips/"+row.TripID)
+	code := http.StatusAccepted
+	if row.Status == StatusCanceledByTraveler {
+		code = http.StatusOK
+	}
+	writeJSON(w, code, tripFromRow(row))
+}
+
+// notCancelable: the trip's status does not allow a cancellation by this
+// request.
+type notCancelable struct {
+	status   string
+	otherKey bool
+}
+
+func (e *notCancelable) Error() string { return "trips: trip is " + e.status }
+
+// cancel records the traveler's cancellation of a confirmed trip and its
+// trip.cancellation_requested event in one transaction, with the fee the
+// policy keeps at now. The same key again returns the trip as it is; a
+// trip that is not confirmed (pending, canceling, canceled, or canceled by
+// another key) is a *notCancelable; an unknown trip pgx.ErrNoRows.
+func (s *Service) cancel(ctx context.Context, id, key string, now time.Time) (dbsqlc.Trip, error) {
+	tx, err := s.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return dbsqlc.Trip{}, err
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	ctx, committed := outbox.WithAfterCommit(ctx, s.relay)
+	// Lock the row: a booking still running (pending, canceling) moves it
+	// under this lock too, so the status read here is the one that holds.
+	cur, err := queries.TripGetForUpdate(ctx, tx, id)
+	if err != nil {
+		return dbsqlc.Trip{}, err
+	}
+	switch {
+	case cur.Status == StatusConfirmed:
+	case cur.CancelKey != nil && *cur.CancelKey == key:
+		return cur, nil // the same request again
+	default:
+		return cur, &notCancelable{status: cur.Status, otherKey: cur.CancelKey != nil}
+	}
+	var req events.TripRequest
+	if err := json.Unmarshal(cur.Request, &req); err != nil {
+		return dbsqlc.Trip{}, fmt.Errorf("trip %s: stored request: %w", id, err)
+	}
+	checkIn, err := time.Parse(time.DateOnly, req.Hotel.CheckIn)
+	if err != nil {
+		return dbsqlc.Trip{}, fmt.Errorf("trip %s: stored check-in: %w", id, err)
+	}
+	fee := s.policy.Fee(req.Payment.AmountCents, req.Hotel.Nights, checkIn, now)
+	row, err := queries.TripRequestCancellation(ctx, tx, dbsqlc.TripRequestCancellationParams{
+		TripID: id, CancelKey: &key, RequestedAt: &now, Band: &fee.Band,
+		ChargedCents: pgtype.Int8{Int64: req.Payment.AmountCents, Valid: true},
+		FeeCents:     pgtype.Int8{Int64: fee.FeeCents, Valid: true},
+		RefundCents:  pgtype.Int8{Int64: fee.RefundCents, Valid: true},
+	})
+	if err != nil {
+		return dbsqlc.Trip{}, err
+	}
+	ev, err := events.New(events.Source("trips"), events.TripCancellationRequested, id, events.CancellationData{
+		TripID: id, Request: req, ChargedCents: req.Payment.AmountCents, FeeCents: fee.FeeCents,
+		RefundCents: fee.RefundCents, Currency: req.Payment.Currency, Band: fee.Band, RequestedAt: now.UTC(),
+	})
+	if err != nil {
+		return dbsqlc.Trip{}, err
+	}
+	if err := outbox.Write(ctx, tx, ev); err != nil {
+		return dbsqlc.Trip{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return dbsqlc.Trip{}, err
+	}
+	committed()
+	return row, nil
+}
+
+// projectCancellation settles a trip the traveler is canceling once the
+// hold is released, the car canceled and the charge refunded (each kind in
+// row.Seen, in any order): canceled_by_traveler, trip.canceled_by_traveler
+// and its email (with the fee), in the inbox transaction tx.
+func (s *Service) projectCancellation(ctx context.Context, tx pgx.Tx, row dbsqlc.Trip) error {
+	if row.Status != StatusCancelingByTraveler {
+		return nil
+	}
+	for _, kind := range travelerKinds {
+		if !slices.Contains(row.Seen, kind) {
+			return nil
+		}
+	}
+	now := time.Now()
+	var req events.TripRequest
+	_ = json.Unmarshal(row.Request, &req)
+	fee, refund := row.FeeCents.Int64, row.RefundCents.Int64
+	ev, err := events.New(events.Source("trips"), events.TripCanceledByTraveler, row.TripID, events.TripSettledData{
+		TripID: row.TripID, Status: StatusCanceledByTraveler, Traveler: req.Traveler,
+		FeeCents: &fee, RefundCents: &refund, Currency: req.Payment.Currency,
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.requestMail(ctx, tx, ev); err != nil {
+		return err
+	}
+	if err := queries.TripSetCanceledByTraveler(ctx, tx, dbsqlc.TripSetCanceledByTravelerParams{TripID: row.TripID, CanceledAt: &now}); err != nil {
+		return err
+	}
+	if err := queries.TripNotifySettled(ctx, tx, dbsqlc.TripNotifySettledParams{TripID: row.TripID, Sender: s.sender}); err != nil {
+		return err
+	}
+	row.Status, row.CanceledAt, row.UpdatedAt = StatusCanceledByTraveler, &now, now
+	outbox.AfterCommit(ctx, func() { s.projected(row) })
+	return outbox.Write(ctx, tx, ev)
+}
+
+// cancellationMail is the subject and text of the email of a trip the
+// traveler canceled: the fee kept and the amount refunded.
+func cancellationMail(trip, name string, d events.TripSettledData) (string, string) {
+	var fee, refund int64
+	if d.FeeCents != nil {
+		fee = *d.FeeCents
+	}
+	if d.RefundCents != nil {
+		refund = *d.RefundCents
+	}
+	return "Your trip " + trip + " is canceled as you asked",
+		"Hello " + name + ",\n\nyour trip is canceled: the room is released and the car booking canceled.\n" +
+			"Cancellation fee: " + money(fee, d.Currency) + ". Refunded to your card: " + money(refund, d.Currency) + ".\n"
+}
+
+// money writes minor units in the currency's own decimals ("123.45 EUR",
+// "12345 JPY"; two when the code is unknown to golang.org/x/text/currency).
+func money(cents int64, code string) string {
+	scale := 2
+	if u, err := currency.ParseISO(code); err == nil {
+		scale, _ = currency.Standard.Rounding(u)
+	}
+	sign := ""
+	if cents < 0 {
+		sign, cents = "-", -cents
+	}
+	if scale == 0 {
+		return fmt.Sprintf("%s%d %s", sign, cents, oneLine(code))
+	}
+	div := int64(1)
+	for range scale {
+		div *= 10
+	}
+	return fmt.Sprintf("%s%d.%0*d %s", sign, cents/div, scale, cents%div, oneLine(code))
+}

@@ -1,0 +1,17 @@
+-- name: TripRequestCancellation :one
+-- Moves a confirmed trip to canceling_by_traveler and records the
+-- cancellation; no row when the trip is not confirmed (then the caller
+-- reads it to say why). The row lock orders two cancellations of one trip.
+UPDATE trips
+SET status = 'canceling_by_traveler', cancel_key = @cancel_key, cancel_requested_at = @requested_at,
+    cancel_band = @band, charged_cents = @charged_cents, fee_cents = @fee_cents,
+    refund_cents = @refund_cents, updated_at = now()
+WHERE trip_id = @trip_id AND status = 'confirmed'
+RETURNING *;
+
+-- name: TripSetCanceledByTraveler :exec
+UPDATE trips SET status = 'canceled_by_traveler', canceled_at = @canceled_at, updated_at = now()
+WHERE trip_id = @trip_id AND status = 'canceling_by_traveler';
+
+-- name: TripGetForUpdate :one
+SELECT * FROM trips WHERE trip_id = @trip_id FOR UPDATE;
