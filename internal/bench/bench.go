@@ -46,6 +46,7 @@ import (
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
+	"github.com/tripsaga/tripsaga/internal/pgroles"
 	"github.com/tripsaga/tripsaga/internal/stack"
 )
 
@@ -285,13 +286,17 @@ func runFull(ctx context.Context, cfg Config, rep *Report) error {
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
+	// The cluster asks every role for its password: the monitoring role
+	// gets a new one each run.
+	monPW := pgroles.NewPassword()
 	for _, q := range []string{
 		"CREATE EXTENSION IF NOT EXISTS pg_stat_statements",
 		"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '" + benchRole + "') THEN CREATE ROLE " + benchRole + " LOGIN SUPERUSER; END IF; END $$",
+		"ALTER ROLE " + benchRole + " PASSWORD '" + monPW + "'",
 	} {
 		if _, err := admin.Exec(ctx, q); err != nil {
 			admin.Close(ctx)
-			return fmt.Errorf("bench: %s: %w", q, err)
+			return fmt.Errorf("bench: %s: %w", strings.Replace(q, monPW, "xxxxx", 1), err)
 		}
 	}
 	var hasDB bool
@@ -303,11 +308,11 @@ func runFull(ctx context.Context, cfg Config, rep *Report) error {
 		}
 	}
 	admin.Close(ctx)
-	benchURL, err := withDB(pg.URL, "bench", "")
+	benchURL, err := withDB(pg.URL, "bench", "", "")
 	if err != nil {
 		return err
 	}
-	monURL, err := withDB(pg.URL, "postgres", benchRole)
+	monURL, err := withDB(pg.URL, "postgres", benchRole, monPW)
 	if err != nil {
 		return err
 	}
@@ -387,14 +392,16 @@ func must[T any](v T, err error) T {
 
 func dur(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-func withDB(base, db, user string) (string, error) {
+// withDB returns base (a postgres:// URL) on database db, as user with
+// password when user is set.
+func withDB(base, db, user, password string) (string, error) {
 	u, err := url.Parse(base)
 	if err != nil {
 		return "", fmt.Errorf("bench: %w", err)
 	}
 	u.Path = "/" + db
 	if user != "" {
-		u.User = url.User(user)
+		u.User = url.UserPassword(user, password)
 	}
 	return u.String(), nil
 }
