@@ -347,7 +347,7 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 {{else}}<tr><td colspan="{{len .Columns}}">No event, step or incident of this trip was found.</td></tr>{{end}}</table>
 <h2>The companies' records now</h2>
 <table id="records"><tr><th>company</th><th>key</th><th>record</th></tr>
-{{range .Records}}<tr><td>{{.Company}} ({{.Resource}})</td><td><code>{{.Key}}</code></td><td>{{if .Error}}not read: {{.Error}}{{else if .Record}}<b>{{index .Record "status"}}</b> <pre>{{json .Record}}</pre>{{else}}none{{end}}</td></tr>{{end}}</table>
+{{range .Records}}<tr><td>{{.Company}} ({{.Resource}})</td><td>{{if .Key}}<code>{{.Key}}</code>{{else}}no step row{{end}}</td><td>{{if .Error}}not read: {{.Error}}{{else if .Record}}<b>{{index .Record "status"}}</b> <pre>{{json .Record}}</pre>{{else}}none{{end}}</td></tr>{{end}}</table>
 {{if .Steps}}<h2>Step log</h2>
 <table id="steps"><tr><th>step</th><th>status</th><th>outcome</th><th>company record</th><th>attempts</th><th>undo attempts</th><th>last error</th><th>created</th><th>finished</th><th>undone</th></tr>
 {{range .Steps}}<tr><td>{{.Step}}</td><td>{{.Status}}</td><td>{{.Outcome}}</td><td>{{.CompanyRef}}</td><td>{{.Attempts}}</td><td>{{.UndoAttempts}}</td><td>{{.LastError}}</td><td>{{.CreatedAt.Format "15:04:05.000"}}</td><td>{{with .FinishedAt}}{{.Format "15:04:05.000"}}{{end}}</td><td>{{with .UndoneAt}}{{.Format "15:04:05.000"}}{{end}}</td></tr>{{end}}</table>{{end}}

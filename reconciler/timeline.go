@@ -112,8 +112,10 @@ type Entry struct {
 }
 
 // CompanyRecord is a company's current record for one step of the trip,
-// read at its GET /<resource>/<key>; Record is nil when the company has
-// none (404), Error says why it could not be read.
+// read at its GET /<resource>/<key> with the key of the step's log row;
+// Record is nil when the company has none (404) or Key is empty (no step
+// row: the step never started, or its service's log was not read), Error
+// says why it could not be read.
 type CompanyRecord struct {
 	Company  string          `json:"company"`
 	Step     string          `json:"step"`
@@ -457,23 +459,35 @@ func stepEntries(service string, steps []saga.StepView, incs []saga.Incident) []
 	return out
 }
 
-// companyRecords reads each company's record of the trip, by the step's
-// Idempotency-Key (from the step log, else "<trip>:<step>").
+// companyStep names the step that calls each company ([provider.Client]
+// Company), where it is not the company's own name.
+var companyStep = map[string]string{"payments": "payment", "cars": "car", "insurer": "insurance"} //nolint:gochecknoglobals // read-only
+
+// companyRecords reads each company's record of the trip, by the
+// Idempotency-Key of the step's log row; without a row there is no key to
+// ask by.
 func (r *Reconciler) companyRecords(ctx context.Context, trip string, steps []saga.StepView) []CompanyRecord {
-	companies := []struct {
+	type company struct {
 		step string
 		c    *provider.Client
-	}{{"hotel", r.cfg.Hotel}, {"payment", r.cfg.Payments}, {"car", r.cfg.Cars}}
+	}
+	var companies []company
+	for _, c := range r.clients() { // the insurer's too with the insurance step on
+		companies = append(companies, company{cmp.Or(companyStep[c.Company], c.Company), c})
+	}
 	out := make([]CompanyRecord, len(companies))
 	var wg sync.WaitGroup
 	for i, co := range companies {
-		key := trip + ":" + co.step
+		key := ""
 		for _, s := range steps {
 			if s.Step == co.step && s.IdempotencyKey != "" {
 				key = s.IdempotencyKey
 			}
 		}
 		out[i] = CompanyRecord{Company: co.c.Company, Step: co.step, Key: key, Resource: co.c.Resource}
+		if key == "" {
+			continue // the step never started, or its log was not read (Unread says so)
+		}
 		wg.Go(func() {
 			var rec provider.Record
 			err := getJSON(ctx, co.c.BaseURL+"/"+co.c.Resource+"/"+url.PathEscape(key), &rec)
@@ -660,7 +674,7 @@ func (r *Reconciler) Search(ctx context.Context, q string) (hits []SearchHit, un
 	if len(hits) > 0 {
 		return hits, unread // the companies' lists are long: read them only when nothing else matched
 	}
-	for _, c := range []*provider.Client{r.cfg.Hotel, r.cfg.Payments, r.cfg.Cars} {
+	for _, c := range r.clients() {
 		recs, err := c.List(ctx, "")
 		if err != nil {
 			unread = append(unread, c.Company+": "+err.Error())

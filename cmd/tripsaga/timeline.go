@@ -194,7 +194,11 @@ func printTimeline(w io.Writer, t reconciler.Timeline) {
 		case r.Record != nil:
 			state = r.Record.Status()
 		}
-		fmt.Fprintf(w, "  %-9s %-9s %-40s %s\n", r.Company, r.Resource, r.Key, state)
+		key := r.Key
+		if key == "" {
+			key = "(no step row)"
+		}
+		fmt.Fprintf(w, "  %-9s %-9s %-40s %s\n", r.Company, r.Resource, key, state)
 	}
 	for _, f := range t.Findings {
 		if f.ResolvedAt == nil {
