@@ -229,9 +229,13 @@ func (s *Service) onOperator(ctx context.Context, tx pgx.Tx, e event.Event) erro
 		if err != nil {
 			return fmt.Errorf("redrive asked by %s: %w", d.Operator, err)
 		}
-		effect := fmt.Sprintf("dead letter %d re-driven into %s", d.DeadLetter.Seq, d.DeadLetter.Consumer)
+		what := fmt.Sprintf("dead letter %d", d.DeadLetter.Seq)
+		if d.DeadLetter.Seq == 0 { // a filtered replay (tripsaga replay --trip/--type)
+			what = fmt.Sprintf("replayed %s #%d", d.DeadLetter.Stream, d.DeadLetter.StreamSeq)
+		}
+		effect := what + " re-driven into " + d.DeadLetter.Consumer
 		if dup {
-			effect = fmt.Sprintf("dead letter %d: %s had its event already", d.DeadLetter.Seq, d.DeadLetter.Consumer)
+			effect = what + ": " + d.DeadLetter.Consumer + " had its event already"
 		}
 		return queries.OperatorLogInsert(ctx, tx, dbsqlc.OperatorLogInsertParams{
 			EventID: e.ID(), TripID: d.TripID, Action: d.Action, Operator: d.Operator, Reason: d.Reason, Effect: effect,

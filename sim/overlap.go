@@ -24,6 +24,7 @@ type overlap struct {
 	inFlight map[string]int
 	overlaps atomic.Int64
 	maxSeen  atomic.Int64
+	writes   atomic.Int64
 	log      *slog.Logger
 }
 
@@ -35,11 +36,16 @@ type Stats struct {
 	// MaxInFlightPerKey is the most writes of one key seen in flight at
 	// once (1 when there was never an overlap, 0 before any write).
 	MaxInFlightPerKey int64 `json:"max_in_flight_per_key"`
+	// Writes counts every write (create and undo) the company received,
+	// since the simulator started: a replay that calls no company leaves
+	// it as it was.
+	Writes int64 `json:"writes"`
 }
 
 // track wraps a write handler keyed by key(r).
 func (o *overlap) track(key func(*http.Request) string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		o.writes.Add(1)
 		k := key(r)
 		if k == "" {
 			h(w, r)
@@ -103,7 +109,7 @@ func (t *trackedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (t *trackedWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 
 func (o *overlap) stats() Stats {
-	return Stats{OverlappingCalls: o.overlaps.Load(), MaxInFlightPerKey: o.maxSeen.Load()}
+	return Stats{OverlappingCalls: o.overlaps.Load(), MaxInFlightPerKey: o.maxSeen.Load(), Writes: o.writes.Load()}
 }
 
 func (c *company) handleStats(w http.ResponseWriter, _ *http.Request) {

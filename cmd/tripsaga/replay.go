@@ -10,7 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/internal/replay"
 	"github.com/tripsaga/tripsaga/reconciler"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
@@ -36,14 +38,34 @@ func replayCmd() *cobra.Command {
 	var asJSON bool
 	var batch int
 	var dir string
+	var rf replayFlags
 	cmd := &cobra.Command{
-		Use:   "replay <projection>",
-		Short: "Rebuild a projection from the event streams (\"tripsaga replay\" lists them); uses NATS_URL and DATABASE_URL, or the up running in --dir",
-		Long: `Rebuild a projection from the event streams. Without a name, list the
-projections that can be replayed:
+		Use:   "replay <consumer>",
+		Short: "Re-drive a service's durable consumer from a point (--from-seq, --since), or rebuild a projection (\"tripsaga replay\" lists them); uses NATS_URL and DATABASE_URL, or the up running in --dir",
+		Long: `Re-drive one service's durable consumer from a point of its streams, or
+rebuild a projection. Without a name, list what can be replayed.
+
+"tripsaga replay <consumer> --from-seq N" (or --since TIME, RFC 3339 or a
+duration ago such as 10m) moves the durable consumer <consumer> (hotel,
+payment, car, trips, reconciler) back to that point of each of its streams
+(--stream S: one) with JetStream's consumer reset; the running service gets
+every event from there again through its inbox, which drops the ones it
+handled already, so no company sees a second effective call and no
+projection counts an event twice. It waits until the consumer has
+acknowledged them all again, with a progress bar, and prints events/s.
+--trip T and --type K select events: only those are handed to the consumer,
+each as an operator's redrive action on the OPERATOR stream (--operator,
+--reason recorded), which the owning service carries out through the same
+inbox. --dry-run prints what would be delivered (stream, sequence, time,
+type, trip, id) and changes nothing.
+
+"tripsaga replay reconciler --shadow" rebuilds the reconciler's view from
+every stream into a shadow table (trip_view_shadow), prints where it
+differs from the live view, and changes the live view only with --switch
+(which then rebuilds it, as below, under its locks).
 
 ` + projectionList() + `
-"tripsaga replay reconciler" clears the reconciler's trip_view and its inbox
+"tripsaga replay reconciler" (no point given) clears the reconciler's trip_view and its inbox
 rows, then reads the TRIPS, HOTEL, PAYMENT and CAR streams from sequence 1
 with new ordered consumers and applies every event again. It is safe while
 "tripsaga serve reconciler" runs: advisory locks keep the live projection
@@ -54,10 +76,12 @@ It reaches NATS and PostgreSQL by NATS_URL and DATABASE_URL, or, with
 --dir D, through the "tripsaga up --dir D" running there (D/up.env); with
 neither, through an up running in the default folder .tripsaga.`,
 		Args:      cobra.MaximumNArgs(1),
-		ValidArgs: []string{reconciler.ProjectionName},
+		ValidArgs: replay.Consumers(events.Default),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			w := cmd.OutOrStdout()
 			if len(args) == 0 {
+				fmt.Fprintf(w, "consumers that can be re-driven from a point (tripsaga replay <consumer> --from-seq N | --since T):\n  %s\n",
+					strings.Join(replay.Consumers(events.Default), ", "))
 				fmt.Fprintf(w, "projections that can be replayed (tripsaga replay <name>):\n%s", projectionList())
 				return nil
 			}
@@ -65,8 +89,14 @@ neither, through an up running in the default folder .tripsaga.`,
 				return fmt.Errorf("--batch %d: want at least 1 event per transaction", batch)
 			}
 			name := args[0]
+			if rf.consumerReplay() {
+				return runConsumerReplay(cmd, dir, name, rf, asJSON)
+			}
+			if rf.shadow || rf.switchTo {
+				return runShadowReplay(cmd, dir, name, rf, asJSON)
+			}
 			if name != reconciler.ProjectionName {
-				return fmt.Errorf("replay %q: %w; these can be replayed:\n%s", name, errUnknownProjection, strings.TrimRight(projectionList(), "\n"))
+				return fmt.Errorf("replay %q: %w (to re-drive its consumer, give --from-seq or --since); these can be replayed:\n%s", name, errUnknownProjection, strings.TrimRight(projectionList(), "\n"))
 			}
 			env, err := envForTool(dir, "NATS_URL", "DATABASE_URL")
 			if err != nil {
@@ -98,6 +128,7 @@ neither, through an up running in the default folder .tripsaga.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the stats as JSON")
 	cmd.Flags().IntVar(&batch, "batch", reconciler.ReplayBatchSizeDefault, "events applied per transaction")
 	cmd.Flags().StringVar(&dir, "dir", "", "`folder` of a running tripsaga up (its up.env) to use instead of NATS_URL and DATABASE_URL")
+	rf.register(cmd)
 	return cmd
 }
 

@@ -151,3 +151,13 @@ type TripView struct {
 	UpdatedAt    time.Time
 	RefundCents  pgtype.Int8
 }
+
+type TripViewShadow struct {
+	TripID       string
+	Seen         []string
+	Status       string
+	Settled      *string
+	Events       int32
+	FirstEventAt time.Time
+	LastEventAt  time.Time
+}
