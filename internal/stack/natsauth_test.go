@@ -1,0 +1,45 @@
+package stack
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/internal/natsauth"
+)
+
+// Each child gets its process's own NATS identity (hotel-2 is hotel), the
+// simulators and the NATS nodes none; the seeds are written 0600 into
+// Dir/auth with the server configuration the nodes read next to them; the
+// tools' up.env names the admin's.
+func TestNATSIdentityOfEachChild(t *testing.T) {
+	dir := t.TempDir()
+	s := &Stack{cfg: Config{Dir: dir}}
+	for _, in := range []*instance{
+		{name: "nats-1", process: "nats"}, {name: "sim", process: "sim"},
+		{name: "hotel", process: "hotel"}, {name: "hotel-2", process: "hotel"}, {name: "reconciler-2", process: "reconciler"},
+	} {
+		s.insts = append(s.insts, in)
+	}
+	ids, pubs, err := s.provisionNATS()
+	require.NoError(t, err)
+	require.Len(t, pubs, len(ids))
+	for _, id := range ids {
+		st, err := os.Stat(s.Creds(id.Name))
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o600), st.Mode().Perm(), id.Name)
+	}
+	_, err = os.Stat(filepath.Join(dir, NATSConf))
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(dir, AuthDir, natsauth.NkeysConf))
+	require.NoError(t, err)
+
+	require.Equal(t, []string{natsauth.EnvCreds + "=" + s.Creds("hotel")}, s.natsEnv("hotel-2"))
+	require.Equal(t, []string{natsauth.EnvCreds + "=" + s.Creds("reconciler")}, s.natsEnv("reconciler-2"))
+	require.Empty(t, s.natsEnv("sim"))
+	require.Empty(t, s.natsEnv("nats-1"))
+	require.True(t, slices.ContainsFunc(ids, func(id natsauth.Identity) bool { return id.Name == natsauth.Admin }))
+}
