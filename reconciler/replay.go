@@ -44,6 +44,10 @@ type ReplayConfig struct {
 	IdleWait time.Duration
 	// Logger defaults to a discard logger.
 	Logger *slog.Logger
+	// Progress, when set, is called with 1 for every message read from
+	// the streams (from several goroutines at once), e.g. for a progress
+	// bar.
+	Progress func(read int)
 }
 
 // ReplayStats is what a replay did.
@@ -312,6 +316,9 @@ func replayStream(ctx context.Context, cfg ReplayConfig, name string, wanted map
 		}
 		pos = md.Sequence.Stream
 		stats.Events++
+		if cfg.Progress != nil {
+			cfg.Progress(1)
+		}
 		stats.PerStream[name]++
 		e, err := events.Decode(msg.Headers(), msg.Data())
 		if err == nil && !wanted[e.Type()] {

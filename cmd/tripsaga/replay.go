@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/tripsaga/tripsaga/events"
@@ -110,9 +112,23 @@ neither, through an up running in the default folder .tripsaga.`,
 			// The result is printed once, below; the log only says what
 			// goes wrong.
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})).With("service", "replay")
+			var bar *progressbar.ProgressBar
+			if rf.progress {
+				bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(cmd.ErrOrStderr()), progressbar.OptionSetDescription("replay "+name),
+					progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("events"),
+					progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionOnCompletion(func() { fmt.Fprintln(cmd.ErrOrStderr()) }))
+			}
 			stats, err := reconciler.ReplayProjection(cmd.Context(), name, reconciler.ReplayConfig{
 				Pool: p.Pool, JetStream: p.JS, BatchSize: batch, Logger: log,
+				Progress: func(n int) {
+					if bar != nil {
+						_ = bar.Add(n)
+					}
+				},
 			})
+			if bar != nil {
+				_ = bar.Finish()
+			}
 			if err != nil {
 				return fmt.Errorf("replay %s: %w", name, err)
 			}
