@@ -24,12 +24,14 @@ func demoCmd() *cobra.Command {
 	var dir, steps string
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Start everything (as up does), book trips in eight situations and judge each against the companies' records",
-		Long: `demo starts the whole system in a fresh folder, books trips in eight
+		Short: "Start everything (as up does), book trips in nine situations and judge each against the companies' records",
+		Long: `demo starts the whole system in a fresh folder, books trips in nine
 situations (all well, sold out, declined, a SIGKILL after the charge, a lost
-answer, a hanging company, refunds failing for 30 s, a repeated POST) and
-prints, for each: the answer and its time, the trip's status, what each
-company's records hold, and the verdict: whole, empty or HALF. It exits
+answer, a hanging company, refunds failing for 30 s, a repeated POST, a
+confirmed trip the traveler cancels inside 7 days) and prints, for each:
+the answer and its time, the trip's status, what each company's records
+hold, and the verdict: whole, empty, "fee kept; rest refunded" (the
+traveler's cancellation) or HALF. It exits
 non-zero if any verdict is HALF or differs from what the situation must end in.
 
 With --steps hotel,insurance,payment,car (or STEPS in the environment) the

@@ -19,8 +19,9 @@ import (
 // companies' records agree with it: nothing held, nothing booked, the
 // charge refunded by exactly the charge minus the fee (one refund line of
 // that amount; none when the fee is the whole charge), and one
-// cancellation email.
-const FeeKept = "fee kept, rest refunded"
+// cancellation email. (No comma: a situation's row joins its trips'
+// verdicts with commas.)
+const FeeKept = "fee kept; rest refunded"
 
 // cancelAnswer is the part of POST /trips/{id}/cancellation's answer the
 // demo reads.
@@ -130,6 +131,7 @@ func canceledInside7Days(ctx context.Context, env *Env) (*Outcome, error) {
 	want := trips.DefaultPolicy().Fee(req.Payment.AmountCents, req.Hotel.Nights, in, time.Now())
 	t := env.JudgeCancellation(ctx, a.TripID, req.Payment.CardToken, c.Cancellation.FeeCents, c.Cancellation.RefundCents)
 	t.Answer, t.AnswerStatus, t.AnswerMS = c.code, c.Status, c.ms
+	t.SettledMS += c.ms // from the cancellation's POST
 	o := &Outcome{Trips: []TripOutcome{t}}
 	o.Notes = append(o.Notes, fmt.Sprintf("band %q: fee %d of %d charged, %d refunded (the policy says %d)",
 		c.Cancellation.Band, c.Cancellation.FeeCents, req.Payment.AmountCents, c.Cancellation.RefundCents, want.FeeCents))

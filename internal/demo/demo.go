@@ -406,6 +406,7 @@ func (o *Outcome) summarize() {
 		r := fmt.Sprintf("hold %s; charge %s (%d charge/%d refund lines); car %s; %d mail", t.Hold, t.Charge, t.Charges, t.Refunds, t.Booking, t.Mails)
 		r += policyNote(t)
 		if t.Status == "canceled_by_traveler" {
+			r = strings.Replace(r, " mail", " cancellation mail", 1)
 			r += fmt.Sprintf("; %d charged, %d refunded, fee %d kept", t.ChargedCents, t.RefundedCents, t.ChargedCents-t.RefundedCents)
 		}
 		return r
