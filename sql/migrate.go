@@ -43,7 +43,9 @@ const SimSchemaPrefix = "sim_"
 // Migrate creates schema if it is missing and applies the given migration
 // sets to it, in order, with search_path set to schema, as the user of
 // databaseURL: a service's own role (internal/pgroles), which owns the
-// schema and so every object the migrations create. A PostgreSQL advisory
+// schema and so every object the migrations create (a user who is not the
+// schema's owner but may act as it, a superuser, migrates as the owner). A
+// PostgreSQL advisory
 // lock per (schema, set) lets several processes call it at once. Errors
 // never hold databaseURL's password (pgx redacts it in parse errors).
 func Migrate(ctx context.Context, databaseURL, schema string, sets ...string) error {
@@ -67,6 +69,25 @@ func Migrate(ctx context.Context, databaseURL, schema string, sets ...string) er
 				return fmt.Errorf("migrate: create schema %s: %w", schema, err)
 			}
 		}
+	}
+	// A schema owned by another role than the URL's user (an operator's
+	// tool run with the administrator's URL, e.g. tripsaga replay) is
+	// migrated as its owner (SET ROLE), when the user may: the objects stay
+	// the owner's, whoever ran the migration.
+	var owner string
+	var asOwner bool
+	if err := db.QueryRowContext(ctx, `SELECT pg_get_userbyid(nspowner), nspowner <> (SELECT oid FROM pg_roles WHERE rolname = current_user)
+		AND pg_has_role(current_user, nspowner, 'MEMBER') FROM pg_namespace WHERE nspname = $1`, schema).Scan(&owner, &asOwner); err != nil {
+		return fmt.Errorf("migrate: schema %s: %w", schema, err)
+	}
+	if asOwner {
+		db.Close()
+		setRole := "SET ROLE " + pgx.Identifier{owner}.Sanitize()
+		db = stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(func(ctx context.Context, c *pgx.Conn) error {
+			_, err := c.Exec(ctx, setRole)
+			return err
+		}))
+		defer db.Close()
 	}
 	for _, set := range sets {
 		if err := migrateSet(ctx, db, schema, set); err != nil {

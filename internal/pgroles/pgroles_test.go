@@ -137,6 +137,20 @@ UNION ALL SELECT n.nspname FROM pg_namespace n WHERE n.nspname = 'car' AND n.nsp
 	require.Equal(t, 2, n)
 	// Migrations as the role find the schema up to date.
 	require.NoError(t, tripsql.Migrate(ctx, urls["car"], "car", tripsql.SetSaga))
+
+	// A tool run with the administrator's URL migrates a role's schema as
+	// its owner: the new tables are the role's, not the administrator's.
+	require.NoError(t, tripsql.Migrate(ctx, admin, "trips", tripsql.SetSaga, tripsql.SetTrips))
+	var owners []string
+	rows, err = conn.Query(ctx, "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'trips'")
+	require.NoError(t, err)
+	for rows.Next() {
+		var o string
+		require.NoError(t, rows.Scan(&o))
+		owners = append(owners, o)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"trips"}, owners)
 }
 
 // TestSecurityTableMatchesBootstrap: SECURITY.md's PostgreSQL table is
