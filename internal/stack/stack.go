@@ -691,7 +691,9 @@ func (s *Stack) LogPath(name string) string { return filepath.Join(s.cfg.Dir, "l
 const InstanceEnv = "TRIPSAGA_INSTANCE"
 
 func (s *Stack) env(name string) []string {
-	env := append(os.Environ(),
+	// OPS_ADDR from up's own environment is not handed down: every child
+	// would listen on the one address (Config.Env may set it).
+	env := append(os.Environ(), "OPS_ADDR=",
 		"NATS_URL="+s.NATSURL, "DATABASE_URL="+s.databaseURL(name), "HTTP_ADDR="+s.Addr[name],
 		"STREAM_REPLICAS="+strconv.Itoa(s.StreamReplicas()), InstanceEnv+"="+name)
 	for k, v := range s.CompanyURLs() {
