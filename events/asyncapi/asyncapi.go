@@ -362,8 +362,19 @@ func refine(c events.Catalogue, et events.EventType) *yaml.Node {
 	switch et.Data {
 	case "StepData":
 		props := mapping()
-		if s, ok := publishingStep(c, et.Type); ok {
-			set(props, "step", obj("const", s.Name))
+		// mail.sent comes from two steps (mail, traveler_mail): either.
+		var names []any
+		for _, s := range c.Steps {
+			if slices.Contains(s.Publishes, et.Type) || (s.Compensation != nil && slices.Contains(s.Compensation.Publishes, et.Type)) {
+				names = append(names, s.Name)
+			}
+		}
+		switch len(names) {
+		case 0:
+		case 1:
+			set(props, "step", obj("const", names[0]))
+		default:
+			set(props, "step", obj("enum", names))
 		}
 		out := obj("type", "object", "properties", props)
 		if triggersStep(c, et.Type) {
