@@ -16,6 +16,9 @@ const (
 	InsuranceRejected = "io.tripsaga.insurance.rejected.v1" // the insurer refused the risk: final, no policy
 	InsuranceFailed   = "io.tripsaga.insurance.failed.v1"   // unknown past the deadline, canceled by key
 	InsuranceCanceled = "io.tripsaga.insurance.canceled.v1" // compensation done
+	// InsuranceTravelerCanceled: the policy was canceled, the insurer's
+	// part in the traveler's cancellation of a confirmed trip.
+	InsuranceTravelerCanceled = "io.tripsaga.insurance.traveler_canceled.v1"
 
 	StreamInsurance = "INSURANCE"
 )
@@ -27,10 +30,14 @@ const StepsVar = "STEPS"
 
 // OptionalStep is a step a configuration may add to [Default]: the step
 // as declared (its Trigger and its compensation's Trigger are rewired by
-// [Catalogue.WithSteps] to its place in the order) and its event types.
+// [Catalogue.WithSteps] to its place in the order), its event types, and
+// the forward-only steps it adds after the pivot (its part in the
+// traveler's cancellation), which join their siblings: the steps with the
+// same trigger.
 type OptionalStep struct {
 	Step  Step
 	Types []EventType
+	After []Step
 }
 
 // Optional lists the steps [Catalogue.WithSteps] may add. Travel insurance
@@ -52,7 +59,13 @@ var Optional = []OptionalStep{ //nolint:gochecknoglobals // read-only declaratio
 			{InsuranceRejected, "insurance", StreamInsurance, "StepData", "the insurer refused to insure the trip"},
 			{InsuranceFailed, "insurance", StreamInsurance, "StepData", "the policy could not be confirmed by its deadline and was canceled by key"},
 			{InsuranceCanceled, "insurance", StreamInsurance, "StepData", "the policy was canceled (compensation)"},
+			{InsuranceTravelerCanceled, "insurance", StreamInsurance, "StepData", "the policy was canceled for the traveler's cancellation"},
 		},
+		After: []Step{{
+			Name: "traveler_void", Service: "insurance", Class: ForwardOnly,
+			Trigger:   []string{TripCancellationRequested},
+			Publishes: []string{InsuranceTravelerCanceled},
+		}},
 	},
 }
 
@@ -178,10 +191,12 @@ func (c Catalogue) WithSteps(order []string) (Catalogue, error) {
 		known = append(known, s.Name)
 	}
 	optTypes := map[string][]EventType{}
+	after := map[string][]Step{}
 	for _, o := range Optional {
 		if _, ok := pool[o.Step.Name]; !ok {
 			pool[o.Step.Name] = o.Step
 			optTypes[o.Step.Name] = o.Types
+			after[o.Step.Name] = o.After
 			known = append(known, o.Step.Name)
 		}
 	}
@@ -240,6 +255,26 @@ func (c Catalogue) WithSteps(order []string) (Catalogue, error) {
 			steps = append(steps, s.clone())
 		}
 	}
+	// An added step's part after the pivot joins its siblings (the steps
+	// with its trigger): whatever waits for all of theirs waits for its too.
+	var joins [][2][]string // siblings' events, the added step's
+	for _, name := range order {
+		for _, a := range after[name] {
+			var sib []string
+			for _, s := range steps {
+				if s.Class == ForwardOnly && slices.Equal(s.Trigger, a.Trigger) {
+					sib = append(sib, s.Publishes...)
+				}
+			}
+			for i := range steps {
+				if len(sib) > 0 && containsAll(steps[i].Trigger, sib) {
+					steps[i].Trigger = replace(steps[i].Trigger, nil, a.Publishes)
+				}
+			}
+			joins = append(joins, [2][]string{sib, a.Publishes})
+			steps = append(steps, a.clone())
+		}
+	}
 	out.Steps = steps
 	for _, p := range c.Projections {
 		p.Consumes = slices.Clone(p.Consumes)
@@ -255,6 +290,11 @@ func (c Catalogue) WithSteps(order []string) (Catalogue, error) {
 				if _, added := optTypes[name]; added {
 					p.Consumes = replace(p.Consumes, nil, pool[name].events())
 				}
+			}
+		}
+		for _, j := range joins {
+			if len(j[0]) > 0 && containsAll(p.Consumes, j[0]) {
+				p.Consumes = replace(p.Consumes, nil, j[1])
 			}
 		}
 		out.Projections = append(out.Projections, p)
@@ -275,6 +315,16 @@ func (c Catalogue) WithSteps(order []string) (Catalogue, error) {
 		return Catalogue{}, fmt.Errorf("%s=%s: %w", StepsVar, list, err)
 	}
 	return out, nil
+}
+
+// containsAll reports whether ts holds every type of want.
+func containsAll(ts, want []string) bool {
+	for _, t := range want {
+		if !slices.Contains(ts, t) {
+			return false
+		}
+	}
+	return true
 }
 
 // chainDone returns every step's done event: the triggers a rewiring replaces.

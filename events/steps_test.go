@@ -26,7 +26,20 @@ func TestWithStepsInsurance(t *testing.T) {
 	for _, s := range c.Steps {
 		names = append(names, s.Name)
 	}
-	require.Equal(t, []string{"hotel", "insurance", "payment", "car", "confirm", "mail", "traveler_release", "traveler_refund", "traveler_cancel", "traveler_settle", "traveler_mail"}, names)
+	require.Equal(t, []string{"hotel", "insurance", "payment", "car", "confirm", "mail", "traveler_release", "traveler_refund", "traveler_cancel", "traveler_settle", "traveler_mail", "traveler_void"}, names)
+	settle, _ := c.Step("traveler_settle")
+	require.Contains(t, settle.Trigger, InsuranceTravelerCanceled, "the traveler's cancellation waits for the policy too")
+	void, _ := c.Step("traveler_void")
+	require.Equal(t, []string{TripCancellationRequested}, void.Trigger)
+	require.ElementsMatch(t, []string{"hotel", "payment", "car", "insurance"}, func() (out []string) {
+		for _, typ := range settle.Trigger {
+			et, _ := c.Lookup(typ)
+			out = append(out, et.Service)
+		}
+		return out
+	}())
+	defaultSettle, _ := Default.Step("traveler_settle")
+	require.NotContains(t, defaultSettle.Trigger, InsuranceTravelerCanceled)
 
 	hotel, _ := c.Step("hotel")
 	require.Equal(t, []string{TripRequested}, hotel.Trigger)

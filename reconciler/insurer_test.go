@@ -71,3 +71,14 @@ func TestSweepWithInsurance(t *testing.T) {
 	require.Equal(t, 1, res.Resolved)
 	require.Contains(t, b.open(t), "T-nopolicy/half")
 }
+
+// A trip canceled by the traveler leaves no policy in force either.
+func TestTravelerHalfWithAPolicy(t *testing.T) {
+	c := &companyRecords{
+		holds: map[string]int{"released": 1}, charges: map[string]int{"refunded": 1}, bookings: map[string]int{"canceled": 1},
+		policies: map[string]int{"active": 1}, refunded: 24751,
+	}
+	require.Equal(t, "a policy is still active", travelerHalf(c, 24751))
+	c.policies = map[string]int{"canceled": 1}
+	require.Empty(t, travelerHalf(c, 24751))
+}

@@ -347,6 +347,9 @@ func travelerHalf(c *companyRecords, refund int64) string {
 	if c.bookings["booked"] > 0 {
 		why = append(why, "a car is still booked")
 	}
+	if c.policies["active"] > 0 { // the insurer's, with the insurance step on
+		why = append(why, "a policy is still active")
+	}
 	switch {
 	case refund > 0 && c.charges["charged"] > 0:
 		why = append(why, fmt.Sprintf("the charge is not refunded (%d due)", refund))

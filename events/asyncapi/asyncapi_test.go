@@ -185,6 +185,7 @@ func TestEventsAsTheServicesMakeThemValidate(t *testing.T) {
 		{"hotel", events.HotelTravelerReleased, step("traveler_release", "traveler_release", true, "H-1", "")},
 		{"payment", events.PaymentTravelerRefunded, step("traveler_refund", "traveler_refund", true, "C-1", "")},
 		{"car", events.CarTravelerCanceled, step("traveler_cancel", "traveler_cancel", true, "B-1", "")},
+		{"insurance", events.InsuranceTravelerCanceled, step("traveler_void", "traveler_void", true, "I-1", "")},
 		{"trips", events.TripCanceledByTraveler, events.TripSettledData{TripID: trip, Status: "canceled_by_traveler", Traveler: req.Traveler,
 			FeeCents: new(int64(8250)), RefundCents: new(int64(24751)), Currency: "EUR"}},
 		{"reconciler", events.OperatorAction, events.OperatorActionData{Action: events.ActionRedrive, TripID: trip, Service: "payment",

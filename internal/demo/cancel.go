@@ -196,6 +196,6 @@ func feeKept(t TripOutcome) bool {
 	if t.RefundCents == 0 {
 		refunded = t.Refunds == 0 && t.Charge == "charged"
 	}
-	return t.Hold != "held" && t.Booking != "booked" && t.Charges == 1 && refunded &&
+	return t.Hold != "held" && t.Booking != "booked" && t.Policy != "active" && t.Charges == 1 && refunded &&
 		t.FeeCents >= 0 && t.RefundCents >= 0 && t.FeeCents+t.RefundCents == t.ChargedCents && t.Mails == 1
 }

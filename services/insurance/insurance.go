@@ -7,8 +7,10 @@
 // insurance.failed (unknown at the deadline, canceled by key). Its
 // compensation, on the next step's endings (payment.declined,
 // payment.failed, payment.refunded), cancels the policy by key and
-// publishes insurance.canceled. Its triggers, events and streams all come
-// from the catalogue (events.Optional); everything else is package saga.
+// publishes insurance.canceled. When the traveler cancels a confirmed trip
+// it cancels the policy too (insurance.traveler_canceled). Its triggers,
+// events and streams all come from the catalogue (events.Optional);
+// everything else is package saga.
 package insurance
 
 import (
@@ -71,11 +73,20 @@ func Spec(c events.Catalogue, baseURL string) (saga.Spec, error) {
 	return saga.SpecOf(c, "insurance", provider.Insurer(baseURL))
 }
 
+// TravelerVoid returns the insurer's part in the traveler's cancellation
+// of a confirmed trip: on trip.cancellation_requested, cancel the policy
+// "<trip>:insurance" (Idempotency-Key "<trip>:traveler_void" in the step
+// log) and publish insurance.traveler_canceled. The insurer keeps no fee:
+// providers.md gives it none.
+func TravelerVoid(baseURL string) saga.ExtraStep {
+	return saga.CancellationStep("traveler_void", "insurance", "insurance", provider.Insurer(baseURL), events.InsuranceTravelerCanceled, false)
+}
+
 // Run runs the insurance service process: the step must be in STEPS.
 func Run(ctx context.Context, env app.Env) error {
 	spec, err := Spec(events.Selected(), env.InsurerURL)
 	if err != nil {
 		return fmt.Errorf("insurance: %w", err)
 	}
-	return app.RunStep(ctx, env, spec, Build, "INSURER_URL")
+	return app.RunStep(ctx, env, spec, Build, "INSURER_URL", TravelerVoid(env.InsurerURL))
 }

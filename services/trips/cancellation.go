@@ -31,12 +31,19 @@ const (
 	StatusCanceledByTraveler  = "canceled_by_traveler"
 )
 
-// travelerKinds are the event kinds of the three parts of a traveler's
-// cancellation, each done once its kind is seen.
-var travelerKinds = map[string]string{ //nolint:gochecknoglobals // read-only table
-	"hotel":   events.Kind(events.HotelTravelerReleased),
-	"payment": events.Kind(events.PaymentTravelerRefunded),
-	"car":     events.Kind(events.CarTravelerCanceled),
+// travelerKinds returns the event kinds of the parts of a traveler's
+// cancellation, by service (the hotel's, the card processor's, the car
+// firm's, and the insurer's with the insurance step on), each done once its
+// kind is seen: the triggers of the catalogue's traveler_settle step.
+func travelerKinds() map[string]string {
+	out := map[string]string{}
+	settle, _ := events.Selected().Step("traveler_settle")
+	for _, typ := range settle.Trigger {
+		if et, ok := events.Selected().Lookup(typ); ok {
+			out[et.Service] = events.Kind(typ)
+		}
+	}
+	return out
 }
 
 // Cancellation is the traveler's cancellation of a trip, as GET
@@ -49,8 +56,9 @@ type Cancellation struct {
 	FeeCents     int64     `json:"fee_cents"`
 	RefundCents  int64     `json:"refund_cents"`
 	Currency     string    `json:"currency"`
-	// Steps: "hotel" released, "car" canceled, "payment" refunded, or
-	// "pending" while the company has not answered yet.
+	// Steps: "hotel" released, "car" canceled, "payment" refunded (and
+	// "insurance" canceled with the insurance step on), or "pending"
+	// while the company has not answered yet.
 	Steps      map[string]string `json:"steps"`
 	CanceledAt *time.Time        `json:"canceled_at,omitempty"`
 }
@@ -67,8 +75,8 @@ func cancellationFromRow(row dbsqlc.Trip, req events.TripRequest) *Cancellation 
 	if row.CancelBand != nil {
 		c.Band = *row.CancelBand
 	}
-	done := map[string]string{"hotel": "released", "payment": "refunded", "car": "canceled"}
-	for part, kind := range travelerKinds {
+	done := map[string]string{"hotel": "released", "payment": "refunded", "car": "canceled", "insurance": "canceled"}
+	for part, kind := range travelerKinds() {
 		c.Steps[part] = "pending"
 		if slices.Contains(row.Seen, kind) {
 			c.Steps[part] = done[part]
@@ -231,7 +239,7 @@ func (s *Service) projectCancellation(ctx context.Context, tx pgx.Tx, row dbsqlc
 	if row.Status != StatusCancelingByTraveler {
 		return nil
 	}
-	for _, kind := range travelerKinds {
+	for _, kind := range travelerKinds() {
 		if !slices.Contains(row.Seen, kind) {
 			return nil
 		}
