@@ -57,7 +57,9 @@ Nats-Msg-Id, so JetStream keeps one copy).
 
 Both reach PostgreSQL by DATABASE_URL, or, with --dir D, through the
 "tripsaga up --dir D" running there; with neither, through an up running in
-the default folder .tripsaga.`,
+the default folder .tripsaga. They read every service's schema, so the URL
+is the administrator's (up.env's), not a service's role, which may read its
+own schema only.`,
 	}
 	cmd.PersistentFlags().StringVar(&dir, "dir", "", "`folder` of a running tripsaga up to use instead of DATABASE_URL")
 	known := outboxServicesOn()
