@@ -115,6 +115,18 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 	var actions struct{ Items []json.RawMessage }
 	getJSON(t, s.URL("reconciler")+"/api/actions?trip="+trip.TripID, &actions)
 	require.Len(t, actions.Items, 1, "the audit trail has the retry once")
+	var oplog struct {
+		Items []struct {
+			Action, Operator, Reason, Effect string
+		}
+		Paused bool
+	}
+	getJSON(t, s.URL("payment")+"/operator/"+trip.TripID, &oplog)
+	require.Len(t, oplog.Items, 1, "payment carried the retry out once")
+	require.Equal(t, "retry_undo", oplog.Items[0].Action)
+	require.Equal(t, "ada", oplog.Items[0].Operator)
+	require.Equal(t, "1 unfinished step(s) due now", oplog.Items[0].Effect)
+	require.False(t, oplog.Paused)
 
 	// A poison event on hotel.held: payment, trips and the reconciler each
 	// park it; the reconciler's copy is re-driven into it alone.

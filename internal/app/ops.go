@@ -9,7 +9,11 @@ import (
 )
 
 // HandleOps serves the step log for operators: GET /incidents and
-// GET /steps/{trip_id}, as JSON {"items":[...]}. A trip id that cannot be
+// GET /steps/{trip_id}, as JSON {"items":[...]}, and GET
+// /operator/{trip_id}: the operators' actions this service carried out for
+// the trip, with what each did ({"items":[saga.OperatorEntry...]}), and
+// whether its company calls are paused ("paused", "paused_by",
+// "pause_reason"). A trip id that cannot be
 // one (see events.ValidateTripID: a NUL, a byte that is not UTF-8, a
 // space...) answers 404 problem+json; PostgreSQL unreachable answers 503
 // (see [WriteError]).
@@ -36,5 +40,24 @@ func (p *Process) HandleOps() {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"items": items})
+	})
+	p.Mux.HandleFunc("GET /operator/{trip_id}", func(w http.ResponseWriter, r *http.Request) {
+		trip := r.PathValue("trip_id")
+		if events.ValidateTripID(trip) != nil {
+			WriteNotFound(w, r, "No such trip: not a trip id")
+			return
+		}
+		items, err := saga.OperatorLog(r.Context(), p.Pool, trip)
+		if err != nil {
+			WriteError(w, r, p.Log, "operator log", err)
+			return
+		}
+		paused, by, why, err := saga.Paused(r.Context(), p.Pool, trip)
+		if err != nil {
+			WriteError(w, r, p.Log, "operator log", err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"items": items, "paused": paused, "paused_by": by, "pause_reason": why})
 	})
 }
