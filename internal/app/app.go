@@ -238,7 +238,8 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 // tls:// for TLS) as identity (a service or natsauth.Admin) with the
 // credentials and TLS files of env.NATSClient, its own inbox prefix, and
 // the options given. An error names the URL and, when the server's
-// certificate is not trusted, NATS_CA_FILE.
+// certificate is not trusted, NATS_CA_FILE, or when it refuses the
+// credentials, NATS_CREDS (the file, never the seed).
 func ConnectNATS(env Env, identity string, opts ...nats.Option) (*nats.Conn, error) {
 	aopts, err := env.NATSClient.Options(identity)
 	if err != nil {
@@ -255,6 +256,13 @@ func ConnectNATS(env Env, identity string, opts ...nats.Option) (*nats.Conn, err
 				ca = "unset: the system's roots"
 			}
 			return nil, fmt.Errorf("nats %s: the server's TLS certificate is not trusted (%s=%s): %w", redact.URL(env.NATSURL), natsauth.EnvCAFile, ca, err)
+		}
+		if errors.Is(err, nats.ErrAuthorization) {
+			creds := env.NATSClient.Creds
+			if creds == "" {
+				creds = "unset: no credentials"
+			}
+			return nil, fmt.Errorf("nats %s: the server refused %s's credentials (%s=%s): %w", redact.URL(env.NATSURL), identity, natsauth.EnvCreds, creds, err)
 		}
 		return nil, fmt.Errorf("nats %s: %w", redact.URL(env.NATSURL), err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 )
@@ -235,5 +236,10 @@ func TestAnonymousRefused(t *testing.T) {
 	}
 	if !errors.Is(err, nats.ErrAuthorization) {
 		t.Fatalf("anonymous connect: %v, want an authorization violation", err)
+	}
+	// A process without NATS_CREDS is told which variable to set.
+	_, err = app.ConnectNATS(app.Env{NATSURL: srv.ClientURL()}, "hotel")
+	if err == nil || !strings.Contains(err.Error(), natsauth.EnvCreds) || !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("a process without credentials: %v, want an authorization error naming %s", err, natsauth.EnvCreds)
 	}
 }
