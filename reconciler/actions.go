@@ -111,7 +111,12 @@ func NewOperator(cfg OperatorConfig) (*Operator, error) {
 	var err error
 	o.relay, err = outbox.NewRelay(outbox.RelayConfig{
 		Pool: r.cfg.Pool, JetStream: r.cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer,
-		EnsureStreams: func(ctx context.Context) error { return events.EnsureStreams(ctx, r.cfg.JetStream, events.Selected()) },
+		// Only the streams the reconciler owns (OPERATOR), as its NATS
+		// identity allows (internal/natsauth).
+		EnsureStreams: func(ctx context.Context) error {
+			n, _ := events.StreamReplicas()
+			return events.EnsureServiceStreams(ctx, r.cfg.JetStream, events.Selected(), ProjectionName, n)
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reconciler: operator relay: %w", err)
