@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -48,4 +49,37 @@ func TestSituationsWithInsurance(t *testing.T) {
 	})
 	require.Contains(t, s.Instances(), "insurance", "up starts the insurance service when STEPS names it")
 	checkSituations(t, demo.SituationsWith(true), func() *demo.Env { return envOf(s, true) })
+}
+
+// triggeredBy returns the service whose step the running catalogue starts
+// on typ: the payment on hotel.held, or the insurance with four steps.
+func triggeredBy(typ string) string {
+	for _, s := range events.Selected().Steps {
+		if slices.Contains(s.Trigger, typ) {
+			return s.Service
+		}
+	}
+	return ""
+}
+
+// consumersOf returns every service of the running catalogue that
+// consumes typ, in the catalogue's order.
+func consumersOf(typ string) []string {
+	var out []string
+	for _, svc := range events.Selected().Services() {
+		if slices.Contains(events.Selected().Consumes(svc), typ) {
+			out = append(out, svc)
+		}
+	}
+	return out
+}
+
+// timelineColumns are the console's columns of a booked trip: trips, then
+// each service of the saga in order.
+func timelineColumns() []string {
+	out := []string{"trips"}
+	for _, s := range events.Selected().Saga() {
+		out = append(out, s.Service)
+	}
+	return out
 }

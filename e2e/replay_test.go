@@ -124,8 +124,8 @@ func settled(t *testing.T, trips []string) {
 // idle reports whether every durable consumer has nothing pending.
 func idle(t *testing.T, js jetstream.JetStream) bool {
 	ctx := context.Background()
-	for _, c := range replay.Consumers(events.Default) {
-		for stream := range events.Default.Streams(events.Default.Consumes(c)) {
+	for _, c := range replay.Consumers(events.Selected()) {
+		for stream := range events.Selected().Streams(events.Selected().Consumes(c)) {
 			cons, err := js.Consumer(ctx, stream, c)
 			if err != nil {
 				continue
@@ -161,7 +161,7 @@ func TestReplayEveryConsumerActsOnce(t *testing.T) {
 	testenv.Eventually(t, func() bool { return idle(t, js) }, "every consumer idle")
 	before := snapshot(t, trips)
 
-	for _, c := range replay.Consumers(events.Default) {
+	for _, c := range replay.Consumers(events.Selected()) {
 		var res struct {
 			Consumer        string  `json:"consumer"`
 			Mode            string  `json:"mode"`

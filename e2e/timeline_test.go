@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tripsaga/tripsaga/internal/demo"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/reconciler"
 )
@@ -40,7 +41,7 @@ func TestTimelineCommand(t *testing.T) {
 		return tl.View != nil && tl.View.Mailed
 	}, "the reconciler saw the trip to its mail")
 	require.Empty(t, tl.Unread)
-	require.Equal(t, []string{"trips", "hotel", "payment", "car"}, tl.Columns)
+	require.Equal(t, timelineColumns(), tl.Columns, "trips, then the saga's services in order")
 	kinds := map[string]bool{}
 	for _, e := range tl.Entries {
 		kinds[e.Column+" "+e.What] = true
@@ -53,7 +54,11 @@ func TestTimelineCommand(t *testing.T) {
 	for _, r := range tl.Records {
 		status[r.Company] = r.Record.Status()
 	}
-	require.Equal(t, map[string]string{"hotel": "held", "payments": "charged", "cars": "booked"}, status)
+	want := map[string]string{"hotel": "held", "payments": "charged", "cars": "booked"}
+	if demo.InsuranceOn() {
+		want["insurer"] = "active"
+	}
+	require.Equal(t, want, status)
 	require.Contains(t, tl.Stopped, "settled: confirmed")
 
 	out := string(run(key))

@@ -55,7 +55,9 @@ func TestAnInvalidRequestInAnEventIsParked(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	// The payment service parks each, naming the field.
+	// The service the catalogue starts on hotel.held (payment; insurance
+	// with four steps) parks each, naming the field.
+	parker := triggeredBy(events.HotelHeld)
 	found := map[string]string{}
 	testenv.Eventually(t, func() bool {
 		info, err := dl.Info(ctx)
@@ -64,7 +66,7 @@ func TestAnInvalidRequestInAnEventIsParked(t *testing.T) {
 		}
 		for seq := before.State.LastSeq + 1; seq <= info.State.LastSeq; seq++ {
 			msg, err := dl.GetMsg(ctx, seq)
-			if err != nil || msg.Header.Get(outbox.HeaderDeadConsumer) != "payment" {
+			if err != nil || msg.Header.Get(outbox.HeaderDeadConsumer) != parker {
 				continue
 			}
 			for trip := range trips {
@@ -74,7 +76,7 @@ func TestAnInvalidRequestInAnEventIsParked(t *testing.T) {
 			}
 		}
 		return len(found) == len(trips)
-	}, "payment parks both events")
+	}, parker+" parks both events")
 	for trip, field := range trips {
 		require.Contains(t, found[trip], field, "the reason names the field")
 		require.Contains(t, found[trip], "invalid trip request")

@@ -84,7 +84,7 @@ func ReplayShadow(ctx context.Context, cfg ReplayConfig, progress func(read int)
 		wanted[t] = true
 	}
 	var streams []string
-	for s := range events.Default.Streams(types) {
+	for s := range events.Selected().Streams(types) {
 		streams = append(streams, s)
 	}
 	slices.Sort(streams)

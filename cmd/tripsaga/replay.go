@@ -78,12 +78,12 @@ It reaches NATS and PostgreSQL by NATS_URL and DATABASE_URL, or, with
 --dir D, through the "tripsaga up --dir D" running there (D/up.env); with
 neither, through an up running in the default folder .tripsaga.`,
 		Args:      cobra.MaximumNArgs(1),
-		ValidArgs: replay.Consumers(events.Default),
+		ValidArgs: replay.Consumers(events.Selected()),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			w := cmd.OutOrStdout()
 			if len(args) == 0 {
 				fmt.Fprintf(w, "consumers that can be re-driven from a point (tripsaga replay <consumer> --from-seq N | --since T):\n  %s\n",
-					strings.Join(replay.Consumers(events.Default), ", "))
+					strings.Join(replay.Consumers(events.Selected()), ", "))
 				fmt.Fprintf(w, "projections that can be replayed (tripsaga replay <name>):\n%s", projectionList())
 				return nil
 			}

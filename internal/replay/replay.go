@@ -37,7 +37,7 @@ type Config struct {
 	// JetStream reaches the streams. Required.
 	JetStream jetstream.JetStream
 	// Catalogue says which streams and subjects the consumer reads.
-	// Defaults to events.Default.
+	// Defaults to events.Selected() (STEPS).
 	Catalogue *events.Catalogue
 	// Consumer is the durable consumer (the service's name: hotel,
 	// payment, car, trips, reconciler). Required.
@@ -124,7 +124,8 @@ func filtersOf(c events.Catalogue, consumer string) map[string][]string {
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	res := Result{Consumer: cfg.Consumer, Mode: "reset"}
 	if cfg.Catalogue == nil {
-		cfg.Catalogue = &events.Default
+		c := events.Selected()
+		cfg.Catalogue = &c
 	}
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
