@@ -22,6 +22,7 @@ import (
 //	GET /api/search?q=                 JSON {"items":[SearchHit...],"unread":[...]}
 //	GET /incidents                     HTML: every service's incidents, open first
 //	GET /api/incidents                 JSON {"items":[ServiceIncident...],"unread":[...]}
+//	GET /deadletters                   HTML: the parked events (the newest 1000), each with its re-drive button
 //	GET /api/figures                   JSON: [Figures]
 //	GET /chart.svg                     the dashboard's chart of the last hour
 //
@@ -34,6 +35,7 @@ func (r *Reconciler) registerConsole(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/search", r.serveSearch)
 	mux.HandleFunc("GET /incidents", r.serveIncidentsPage)
 	mux.HandleFunc("GET /api/incidents", r.serveIncidents)
+	mux.HandleFunc("GET /deadletters", r.serveDeadLettersPage)
 	mux.HandleFunc("GET /api/figures", r.serveFigures)
 	mux.HandleFunc("GET /chart.svg", r.serveChart)
 }
@@ -177,6 +179,30 @@ func (r *Reconciler) serveIncidentsPage(w http.ResponseWriter, req *http.Request
 	}
 }
 
+// deadLetterRow is a parked event on the dead letters page.
+type deadLetterRow struct {
+	DeadLetter
+	Key     string
+	Headers string
+}
+
+func (r *Reconciler) serveDeadLettersPage(w http.ResponseWriter, req *http.Request) {
+	dls, err := (&Operator{r: r}).DeadLetters(req.Context()) // the read side of the actions' API
+	if err != nil {
+		app.WriteError(w, req, r.log, "reconciler: dead letters", err)
+		return
+	}
+	rows := make([]deadLetterRow, 0, len(dls))
+	for i := len(dls) - 1; i >= 0; i-- { // newest first
+		h, _ := json.MarshalIndent(dls[i].Headers, "", "  ")
+		rows = append(rows, deadLetterRow{DeadLetter: dls[i], Key: newKey(), Headers: string(h)})
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := consolePages.ExecuteTemplate(w, "deadletters", map[string]any{"Items": rows}); err != nil {
+		r.log.Warn("reconciler: dead letters render", "err", err)
+	}
+}
+
 func (r *Reconciler) serveFigures(w http.ResponseWriter, req *http.Request) {
 	f, err := r.Figures(req.Context())
 	if err != nil {
@@ -275,7 +301,7 @@ th{background:#f3f3f3}
 .half,.orphan,.unattributed{color:#b00020;font-weight:bold}.stuck{color:#b34700;font-weight:bold}
 .stopped{font-size:1.05rem;padding:.5rem .75rem;background:#fff7e0;border-left:4px solid #e0a800;margin:.5rem 0 1rem}
 .settled{background:#eaf7ee;border-color:#1a7f37}
-.ev{color:#0b5cad}.step{color:#333}.incident{color:#b00020}.deadletter{color:#8a2be2}
+.ev{color:#0b5cad}.step{color:#333}.incident{color:#b00020}.deadletter{color:#8a2be2}.operator{color:#0b7a75}
 td.cell{min-width:9rem}.what{font-weight:600}.detail{color:#555;font-size:.8rem}
 .ops{background:#f6f8fa;padding:.5rem .75rem;margin:.5rem 0 1rem;border:1px solid #ddd}
 .ops input{margin-right:.5rem}#action-result{font-family:monospace;font-size:.8rem;white-space:pre-wrap}
@@ -314,7 +340,7 @@ token <input id="token" type="password" size="18" autocomplete="off" placeholder
 reason <input id="reason" size="40" placeholder="why (kept on the trip's timeline)">
 <div id="action-result"></div></div>`
 
-const navBar = `<nav><a href="/">dashboard</a> · <a href="/incidents">incidents</a> · <a href="/findings">findings (JSON)</a> · <a href="/api/deadletters">dead letters (JSON)</a> ·
+const navBar = `<nav><a href="/">dashboard</a> · <a href="/incidents">incidents</a> · <a href="/deadletters">dead letters</a> · <a href="/findings">findings (JSON)</a> ·
 <form action="/search" method="get" style="display:inline"><input name="q" id="q" size="36" placeholder="trip id, Idempotency-Key, email, record id"> <button id="search">find</button></form></nav>`
 
 var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Parse(`
@@ -371,6 +397,18 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 {{if .Hidden}}<p>{{.Hidden}} older resolved incidents are not listed: <a href="/api/incidents">/api/incidents</a> has them all.</p>{{end}}
 ` + consoleScript + `</body></html>{{end}}
 
+{{define "deadletters"}}{{template "head" "dead letters"}}
+<h1>Dead letters ({{len .Items}})</h1>
+<p>Events an inbox could not handle and parked on DEADLETTER, newest first. <b>Re-drive</b> hands one back to the consumer that parked it, and to no other, once what the reason says is fixed (JSON: <a href="/api/deadletters">/api/deadletters</a>).</p>
+` + opsBar + `
+<table id="deadletters"><tr><th>#</th><th>parked</th><th>consumer</th><th>from</th><th>trip</th><th>type</th><th>reason</th><th>re-driven by</th><th></th></tr>
+{{range .Items}}<tr><td>{{.Seq}}</td><td>{{.Time.Format "2006-01-02 15:04:05"}}</td><td>{{.Consumer}}</td><td>{{.Stream}} #{{.StreamSeq}}<br><code>{{.Subject}}</code></td>
+<td>{{if .TripID}}<a href="/trips/{{.TripID}}">{{.TripID}}</a>{{end}}</td><td><code>{{.Type}}</code></td><td>{{.Reason}}</td><td>{{range .RedrivenBy}}<code>{{.}}</code><br>{{end}}</td>
+<td><button class="action redrive" data-needs-reason="1" data-key="{{.Key}}" data-body='{{json (dict "action" "redrive" "deadletter_seq" .Seq)}}' onclick="act(this)">re-drive</button>
+<details><summary>headers</summary><pre>{{.Headers}}</pre></details></td></tr>
+{{else}}<tr><td colspan="9">None.</td></tr>{{end}}</table>
+` + consoleScript + `</body></html>{{end}}
+
 {{define "console"}}<div id="console">` + navBar + `
 {{with .Figures}}<h2>Figures</h2>
 <table id="figures">
@@ -379,7 +417,7 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 <tr><th>half trips per day (sweep)</th><td colspan="2">{{range .HalfPerDay}}{{.Day}}: <b>{{.Count}}</b> &nbsp; {{end}}</td></tr>
 <tr><th>undo attempts (since the services started)</th><td colspan="2">{{range $k, $v := .UndoAttempts}}{{$k}} {{$v}} &nbsp; {{else}}none{{end}}</td></tr>
 <tr><th>incidents open</th><td id="fig-incidents"><a href="/incidents">{{.IncidentsOpen}}</a></td><td>every service's tripsaga_incidents_open</td></tr>
-<tr><th>dead letters waiting</th><td id="fig-deadletters">{{.DeadLetters}}</td><td>every consumer's tripsaga_deadletter_messages</td></tr>
+<tr><th>dead letters waiting</th><td id="fig-deadletters"><a href="/deadletters">{{.DeadLetters}}</a></td><td>every consumer's tripsaga_deadletter_messages</td></tr>
 </table>
 {{if .Unread}}<p>Not read: {{range .Unread}}{{.}}; {{end}}</p>{{end}}
 <h3>Consumers' lag</h3>

@@ -78,6 +78,9 @@ type Timeline struct {
 	Incidents []saga.Incident `json:"incidents"`
 	Records   []CompanyRecord `json:"records"`
 	Findings  []Finding       `json:"findings"`
+	// Paused names each service where an operator paused the trip's
+	// company calls: "payment: paused by ada: <why>".
+	Paused []string `json:"paused,omitempty"`
 	// Unread names each source that could not be read, with the reason:
 	// the timeline is then incomplete, never silently.
 	Unread []string `json:"unread,omitempty"`
@@ -90,7 +93,8 @@ type Entry struct {
 	// service (its catalogue declaration, else its CloudEvents source),
 	// the service whose step log or incident it is, or "deadletter".
 	Column string `json:"column"`
-	// Source is "event", "deadletter", "step" or "incident".
+	// Source is "event", "deadletter", "step", "incident" or "operator"
+	// (a service's record of carrying out an operator's action).
 	Source string `json:"source"`
 	// What is short: the event kind ("hotel.held"), "hotel started",
 	// "incident compensation_stuck raised".
@@ -192,11 +196,23 @@ func (r *Reconciler) Timeline(ctx context.Context, trip string) (Timeline, error
 					}
 				}
 			}
+			var ops operatorLog
+			var nf *notFoundError
+			if err := getJSON(ctx, base+"/operator/"+url.PathEscape(trip), &ops); err != nil && !errors.As(err, &nf) {
+				unread("%s operator log: %v", name, err)
+			}
 			mu.Lock()
 			t.Steps = append(t.Steps, steps.Items...)
 			t.Incidents = append(t.Incidents, incs...)
+			if ops.Paused {
+				t.Paused = append(t.Paused, fmt.Sprintf("%s: paused by %s: %s", name, ops.PausedBy, ops.PauseReason))
+			}
 			mu.Unlock()
 			add(stepEntries(name, steps.Items, incs)...)
+			for _, o := range ops.Items {
+				add(Entry{At: o.At.UTC(), Column: name, Source: "operator", What: o.Action + " carried out",
+					Detail: fmt.Sprintf("%s; asked by %s: %s", o.Effect, o.Operator, o.Reason), ID: o.EventID})
+			}
 		})
 	}
 	var view *TripView
@@ -227,15 +243,25 @@ func (r *Reconciler) Timeline(ctx context.Context, trip string) (Timeline, error
 	slices.SortFunc(t.Steps, func(a, b saga.StepView) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	slices.SortFunc(t.Incidents, func(a, b saga.Incident) int { return a.RaisedAt.Compare(b.RaisedAt) })
 	slices.Sort(t.Unread)
+	slices.Sort(t.Paused)
 	t.Columns = timelineColumns(t.Entries, mapKeys(r.cfg.Services))
 	t.Stopped = stoppedAt(t)
 	return t, nil
 }
 
+// operatorLog is a service's GET /operator/{trip_id}: the operators'
+// actions it carried out for the trip, and its pause.
+type operatorLog struct {
+	Items       []saga.OperatorEntry `json:"items"`
+	Paused      bool                 `json:"paused"`
+	PausedBy    string               `json:"paused_by"`
+	PauseReason string               `json:"pause_reason"`
+}
+
 // sortEntries orders entries by time, then events before step rows and
 // incidents, then by column and stream position.
 func sortEntries(es []Entry) {
-	rank := map[string]int{"event": 0, "step": 1, "incident": 2, "deadletter": 3}
+	rank := map[string]int{"event": 0, "operator": 1, "step": 2, "incident": 3, "deadletter": 4}
 	slices.SortStableFunc(es, func(a, b Entry) int {
 		return cmp.Or(a.At.Compare(b.At), cmp.Compare(rank[a.Source], rank[b.Source]),
 			cmp.Compare(a.Column, b.Column), cmp.Compare(a.Seq, b.Seq))
@@ -539,6 +565,9 @@ func stoppedAt(t Timeline) string {
 		if in.ResolvedAt == nil {
 			fmt.Fprintf(&b, "; open incident at %s: %s after %d attempt(s) (%s)", in.Step, in.Kind, in.Attempts, in.LastError)
 		}
+	}
+	for _, p := range t.Paused {
+		fmt.Fprintf(&b, "; retries paused at %s", p)
 	}
 	dead := 0
 	for _, e := range t.Entries {

@@ -85,6 +85,13 @@ func TestTimeline(t *testing.T) {
 	_, err = b.pool.Exec(ctx, `INSERT INTO incidents (trip_id, step, kind, attempts, last_error, raised_at) VALUES ($1, 'payment', 'compensation_stuck', 3, 'refund: 503', $2)`,
 		trip, base.Add(4500*time.Millisecond))
 	require.NoError(t, err)
+	// The payment service carried out an operator's retry, and a pause is
+	// on.
+	_, err = b.pool.Exec(ctx, `INSERT INTO operator_log (event_id, trip_id, action, operator, reason, effect, at)
+		VALUES ('ev-1', $1, 'retry_undo', 'ada', 'refunds work again', 'undo due now', $2)`, trip, base.Add(4200*time.Millisecond))
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `INSERT INTO trip_pauses (trip_id, operator, reason, event_id) VALUES ($1, 'grace', 'card processor down', 'ev-2')`, trip)
+	require.NoError(t, err)
 	// The card processor's record of the charge.
 	res, err := b.r.cfg.Payments.Create(ctx, trip+":payment", map[string]any{
 		"trip_id": trip, "card_token": "tok_visa_ok", "amount_cents": 100, "currency": "USD"})
@@ -108,7 +115,7 @@ func TestTimeline(t *testing.T) {
 	}
 	require.Equal(t, []string{
 		"trips trip.requested", "payment payment started", "hotel hotel.held", "payment payment finished",
-		"payment payment.charged", "car car.rejected", "payment payment.refunded", "payment incident compensation_stuck raised",
+		"payment payment.charged", "car car.rejected", "payment payment.refunded", "payment retry_undo carried out", "payment incident compensation_stuck raised",
 		"deadletter parked by trips", "payment payment undo not done yet",
 	}, whats)
 	require.Equal(t, []string{"trips", "hotel", "payment", "car", "deadletter"}, tl.Columns)
@@ -123,6 +130,7 @@ func TestTimeline(t *testing.T) {
 	require.Contains(t, tl.Stopped, "canceling, not settled")
 	require.Contains(t, tl.Stopped, "open incident at payment: compensation_stuck after 3 attempt(s)")
 	require.Contains(t, tl.Stopped, "1 event(s) parked on DEADLETTER")
+	require.Contains(t, tl.Stopped, "retries paused at payment: paused by grace: card processor down")
 	recs := map[string]CompanyRecord{}
 	for _, r := range tl.Records {
 		recs[r.Step] = r
@@ -156,6 +164,12 @@ func TestTimeline(t *testing.T) {
 		require.Equal(t, http.StatusOK, code)
 		require.Contains(t, page, trip)
 		require.Contains(t, page, "compensation_stuck")
+
+		code, page = getBody(t, hs.URL+"/deadletters")
+		require.Equal(t, http.StatusOK, code)
+		require.Contains(t, page, "handler failed: boom")
+		require.Contains(t, page, `href="/trips/`+trip+`"`)
+		require.Contains(t, page, `&#34;action&#34;:&#34;redrive&#34;`)
 
 		code, page = getBody(t, hs.URL+"/")
 		require.Equal(t, http.StatusOK, code)

@@ -277,7 +277,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	// `tripsaga timeline` shows the same story.
 	out, err := exec.CommandContext(ctx, bin, "timeline", "--dir", stackDir, email).CombinedOutput()
 	require.NoError(t, err, string(out))
-	for _, want := range []string{"trip " + trip + ": canceled", "trip.requested", "car.rejected", "operator.action", "payment.refunded", "trip.canceled", "refunded"} {
+	for _, want := range []string{"trip " + trip + ": canceled", "trip.requested", "car.rejected", "operator.action", "retry_undo carried out", "payment.refunded", "trip.canceled", "refunded"} {
 		require.Contains(t, string(out), want)
 	}
 	t.Logf("tripsaga timeline %s:\n%s", trip, out)
