@@ -44,29 +44,37 @@ type OptionalStep struct {
 // is compensable (a policy is canceled by key) and belongs before the pivot.
 var Optional = []OptionalStep{ //nolint:gochecknoglobals // read-only declaration
 	{
+		// Its Trigger and its compensation's come from its place in
+		// STEPS ([Catalogue.WithSteps]): they are not its own.
 		Step: Step{
 			Name: "insurance", Service: "insurance", Class: Compensable,
-			Trigger:   []string{HotelHeld},
-			Publishes: []string{InsuranceBought, InsuranceRejected, InsuranceFailed},
-			Compensation: &Compensation{
-				Name:      "cancel",
-				Trigger:   []string{PaymentDeclined, PaymentFailed, PaymentRefunded},
-				Publishes: []string{InsuranceCanceled},
-			},
+			Publishes:    []string{InsuranceBought, InsuranceRejected, InsuranceFailed},
+			Compensation: &Compensation{Name: "cancel", Publishes: []string{InsuranceCanceled}},
 		},
-		Types: []EventType{
-			{InsuranceBought, "insurance", StreamInsurance, "StepData", "the travel insurance policy is bought"},
-			{InsuranceRejected, "insurance", StreamInsurance, "StepData", "the insurer refused to insure the trip"},
-			{InsuranceFailed, "insurance", StreamInsurance, "StepData", "the policy could not be confirmed by its deadline and was canceled by key"},
-			{InsuranceCanceled, "insurance", StreamInsurance, "StepData", "the policy was canceled (compensation)"},
-			{InsuranceTravelerCanceled, "insurance", StreamInsurance, "StepData", "the policy was canceled for the traveler's cancellation"},
-		},
+		Types: stepTypes("insurance", StreamInsurance,
+			InsuranceBought, "the travel insurance policy is bought",
+			InsuranceRejected, "the insurer refused to insure the trip",
+			InsuranceFailed, "the policy could not be confirmed by its deadline and was canceled by key",
+			InsuranceCanceled, "the policy was canceled (compensation)",
+			InsuranceTravelerCanceled, "the policy was canceled for the traveler's cancellation",
+		),
 		After: []Step{{
 			Name: "traveler_void", Service: "insurance", Class: ForwardOnly,
 			Trigger:   []string{TripCancellationRequested},
 			Publishes: []string{InsuranceTravelerCanceled},
 		}},
 	},
+}
+
+// stepTypes declares the event types of a step service: each type and
+// its description, in pairs, published by service on stream with data
+// [StepData].
+func stepTypes(service, stream string, typeAndDescription ...string) []EventType {
+	out := make([]EventType, 0, len(typeAndDescription)/2)
+	for i := 0; i+1 < len(typeAndDescription); i += 2 {
+		out = append(out, EventType{typeAndDescription[i], service, stream, "StepData", typeAndDescription[i+1]})
+	}
+	return out
 }
 
 // Full is [Default] with every [Optional] step on, in its usual place
