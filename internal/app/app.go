@@ -174,7 +174,22 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 		// nats.Connect takes the list and reconnects to any of them.
 		// It connects as its own identity (NATS_CREDS), with its own
 		// inbox prefix, and may do only what internal/natsauth allows it.
-		p.NATS, err = ConnectNATS(env, name, nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+		// A call its identity may not make is refused asynchronously (the
+		// request itself only times out): the refusal is logged, naming
+		// the subject, so a process given another's NATS_CREDS says why.
+		// During the start a refusal ends the start at once (its calls
+		// would only time out): the identity is not this service's.
+		start, refused := context.WithCancelCause(ctx)
+		defer refused(nil)
+		p.NATS, err = ConnectNATS(env, name, nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				if errors.Is(err, nats.ErrPermissionViolation) {
+					refused(err)
+					log.Error("nats: refused by the server's permissions for this identity (NATS_CREDS; SECURITY.md)", "err", err)
+					return
+				}
+				log.Warn("nats: asynchronous error", "err", err)
+			}))
 		if err != nil {
 			p.Pool.Close()
 			return nil, err
@@ -187,32 +202,40 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 		// The live configuration is checked before EnsureStreams, which
 		// would otherwise fail on (or quietly rewrite) a stream someone
 		// changed: a violation refuses the start, naming each one.
-		if err := WaitJetStream(ctx, p.JS, time.Minute); err != nil {
+		// startErr names the refusal when the server refused this
+		// identity a call of the start.
+		startErr := func(err error) error {
+			if cause := context.Cause(start); errors.Is(cause, nats.ErrPermissionViolation) {
+				return fmt.Errorf("refusing to start: the NATS server refused %s a call it needs (is %s=%s %s's identity?): %w", name, natsauth.EnvCreds, env.NATSClient.Creds, name, cause)
+			}
+			return err
+		}
+		if err := WaitJetStream(start, p.JS, time.Minute); err != nil {
 			p.Close()
-			return nil, err
+			return nil, startErr(err)
 		}
 		dcfg := doctor.DefaultConfig()
 		dcfg.StreamReplicas = max(env.StreamReplicas, 1)
 		// Reading the configuration can time out while a cluster's
 		// streams elect leaders (a node just restarted): that is asked
 		// again for a minute, and only a violation refuses the start.
-		fs, err := doctor.Check(ctx, p.NATS, p.JS, dcfg)
-		for deadline := time.Now().Add(time.Minute); err != nil && time.Now().Before(deadline) && ctx.Err() == nil; {
+		fs, err := doctor.Check(start, p.NATS, p.JS, dcfg)
+		for deadline := time.Now().Add(time.Minute); err != nil && time.Now().Before(deadline) && start.Err() == nil; {
 			log.Warn("could not read the JetStream configuration for the start check; asking again", "err", err)
 			time.Sleep(500 * time.Millisecond)
-			fs, err = doctor.Check(ctx, p.NATS, p.JS, dcfg)
+			fs, err = doctor.Check(start, p.NATS, p.JS, dcfg)
 		}
 		if err != nil {
 			p.Close()
-			return nil, fmt.Errorf("reading the JetStream configuration for the start check: %w", err)
+			return nil, startErr(fmt.Errorf("reading the JetStream configuration for the start check: %w", err))
 		}
 		if err := doctor.Err(fs); err != nil {
 			p.Close()
 			return nil, fmt.Errorf("refusing to start: %w", err)
 		}
-		if err := EnsureStreams(ctx, p.JS, name, dcfg.StreamReplicas, 30*time.Second); err != nil {
+		if err := EnsureStreams(start, p.JS, name, dcfg.StreamReplicas, 30*time.Second); err != nil {
 			p.Close()
-			return nil, err
+			return nil, startErr(err)
 		}
 		p.checks = append(p.checks, func(ctx context.Context) error {
 			if !p.NATS.IsConnected() {

@@ -243,3 +243,23 @@ func TestAnonymousRefused(t *testing.T) {
 		t.Fatalf("a process without credentials: %v, want an authorization error naming %s", err, natsauth.EnvCreds)
 	}
 }
+
+// A service started with another service's NATS_CREDS does not start: the
+// server refuses it its inbox and its stream, and the error says so at
+// the first refusal, naming NATS_CREDS.
+func TestServiceWithAnotherIdentityRefused(t *testing.T) {
+	srv, _ := testenv.NATSWith(t, nil)
+	env := app.Env{
+		NATSURL: srv.ClientURL(), DatabaseURL: testenv.Postgres(t), HTTPAddr: "127.0.0.1:0",
+		NATSClient: testenv.Client(t, srv, "payment"),
+	}
+	_, err := app.Open(context.Background(), "hotel", "hotel", env, true)
+	if err == nil {
+		t.Fatal("the hotel started with the payment's identity")
+	}
+	for _, want := range []string{"refusing to start", natsauth.EnvCreds, "payment.nk", "permissions violation"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+}
