@@ -233,14 +233,20 @@ func streamReplicas(cfg Config) int {
 	return 1
 }
 
-// CompanyURLs returns HOTEL_URL, PAYMENTS_URL, CARS_URL, MAIL_URL and
-// INSURER_URL (the optional insurance step's company).
+// CompanyURLs returns HOTEL_URL, PAYMENTS_URL, CARS_URL and MAIL_URL, and
+// the URL of each optional step's company the stack runs (INSURER_URL with
+// the insurance step on).
 func (s *Stack) CompanyURLs() map[string]string {
 	sim := s.URL("sim")
-	return map[string]string{
+	urls := map[string]string{
 		"HOTEL_URL": sim + "/hotel", "PAYMENTS_URL": sim + "/payments", "CARS_URL": sim + "/cars", "MAIL_URL": sim + "/mail",
-		"INSURER_URL": sim + "/insurer",
 	}
+	for _, svc := range optionalServices(s.cfg) {
+		if c, ok := optionalCompanies[svc]; ok {
+			urls[c.variable] = sim + c.path
+		}
+	}
+	return urls
 }
 
 // Port is one port of a BasePort layout and what it is for.

@@ -37,6 +37,12 @@ func optionalServices(cfg Config) []string {
 	return out
 }
 
+// optionalCompanies are the companies of the optional steps' services:
+// the variable that names each and its path under the simulators.
+var optionalCompanies = map[string]struct{ variable, path string }{ //nolint:gochecknoglobals // read-only table
+	"insurance": {"INSURER_URL", "/insurer"},
+}
+
 // processesOf returns [Processes] and then the optional services of cfg:
 // each one's first replica comes after the fixed ones, so the fixed ports
 // of a BasePort layout do not move when a step is turned on.
