@@ -129,7 +129,8 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 	require.False(t, oplog.Paused)
 
 	// A poison event on hotel.held: payment, trips and the reconciler each
-	// park it; the reconciler's copy is re-driven into it alone.
+	// park it; the reconciler's copy is re-driven into it alone, then
+	// trips' copy into trips.
 	nc, err := s.ConnectNATS(natsauth.Admin)
 	require.NoError(t, err)
 	defer nc.Close()
@@ -171,4 +172,28 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal([]byte(out), &mine))
 	require.Len(t, mine.RedrivenBy, 1)
+
+	// The trips service's copy is re-driven into trips alone the same way.
+	var theirs reconciler.DeadLetter
+	for _, d := range dls {
+		if d.Consumer == "trips" && d.Stream == "HOTEL" {
+			theirs = d
+		}
+	}
+	require.NotZero(t, theirs.Seq, "trips parked its copy")
+	out, err = cli(t, "deadletter", "redrive", fmt.Sprint(theirs.Seq), "--reason", "decoder fixed", "--operator", "ada")
+	require.NoError(t, err)
+	require.Contains(t, out, "asked of trips")
+	testenv.Eventually(t, func() bool {
+		out, err := cli(t, "deadletter", "list", "--json")
+		if err != nil || json.Unmarshal([]byte(out), &dls) != nil {
+			return false
+		}
+		for _, d := range dls {
+			if d.Consumer == "trips" && d.Stream == "OPERATOR" {
+				return strings.Contains(d.Reason, "still cannot be decoded")
+			}
+		}
+		return false
+	}, "trips tried it again and parked the re-drive with why")
 }

@@ -179,7 +179,7 @@ var Default = Catalogue{ //nolint:gochecknoglobals // read-only declaration
 			},
 		},
 	},
-	Operator: Operator{Type: OperatorAction, Publisher: "reconciler", Consumers: []string{"hotel", "payment", "car", "reconciler"}},
+	Operator: Operator{Type: OperatorAction, Publisher: "reconciler", Consumers: []string{"trips", "hotel", "payment", "car", "reconciler"}},
 }
 
 // Lookup returns the declaration of typ.

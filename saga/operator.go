@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/outbox"
@@ -196,36 +199,64 @@ func (r *Runner) undoLeak(ctx context.Context, tx pgx.Tx, trip string) (string, 
 // addOperatorInbox adds the inbox of the operators' actions when the
 // catalogue names the service among those that carry them out.
 func (s *Service) addOperatorInbox(metrics *outbox.InboxMetrics) error {
-	op := s.cfg.Catalogue.Operator
-	if op.Type == "" || !slices.Contains(op.Consumers, s.cfg.Spec.Service) {
-		return nil
-	}
-	in, err := outbox.NewInbox(outbox.InboxConfig{
-		Name: s.cfg.Spec.Service, Stream: events.StreamOperator, FilterSubjects: []string{events.Kind(op.Type) + ".>"},
-		Types: []string{op.Type}, Pool: s.cfg.Pool, JetStream: s.cfg.JetStream, Handler: s.onOperator,
-		Relay: s.relay, Logger: s.cfg.Logger, Metrics: metrics,
+	in, err := NewOperatorInbox(OperatorInboxConfig{
+		Service: s.cfg.Spec.Service, Catalogue: s.cfg.Catalogue,
+		Runners: append([]*Runner{s.Runner}, s.Extra...),
+		Inboxes: func() []*outbox.Inbox { return s.inboxes },
+		Pool:    s.cfg.Pool, JetStream: s.cfg.JetStream, Relay: s.relay, Logger: s.cfg.Logger, Metrics: metrics,
 	})
-	if err != nil {
+	if err != nil || in == nil {
 		return err
 	}
 	s.inboxes = append(s.inboxes, in)
 	return nil
 }
 
+// OperatorInboxConfig is what [NewOperatorInbox] needs: the service, the
+// runners of its steps (the first carries out an action's step part,
+// [Runner.Operate], on the service's one step log; all are woken after it)
+// and its other inboxes, which a re-drive hands a parked event back to.
+type OperatorInboxConfig struct {
+	Service   string
+	Catalogue events.Catalogue
+	Runners   []*Runner
+	Inboxes   func() []*outbox.Inbox
+	Pool      *pgxpool.Pool
+	JetStream jetstream.JetStream
+	Relay     *outbox.Relay
+	Logger    *slog.Logger
+	Metrics   *outbox.InboxMetrics
+}
+
+// NewOperatorInbox returns the inbox of the operators' actions (the
+// OPERATOR stream) for cfg.Service, or nil when the catalogue does not
+// name the service among those that carry them out (Operator.Consumers).
+// Actions naming another service are acknowledged without effect.
+func NewOperatorInbox(cfg OperatorInboxConfig) (*outbox.Inbox, error) {
+	op := cfg.Catalogue.Operator
+	if op.Type == "" || !slices.Contains(op.Consumers, cfg.Service) || len(cfg.Runners) == 0 {
+		return nil, nil //nolint:nilnil // no inbox is not an error
+	}
+	return outbox.NewInbox(outbox.InboxConfig{
+		Name: cfg.Service, Stream: events.StreamOperator, FilterSubjects: []string{events.Kind(op.Type) + ".>"},
+		Types: []string{op.Type}, Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: cfg.onOperator,
+		Relay: cfg.Relay, Logger: cfg.Logger, Metrics: cfg.Metrics,
+	})
+}
+
 // onOperator carries out an operator's action that names this service: a
-// re-drive of an event one of its inboxes parked, or the step's part
-// ([Runner.Operate]). Actions naming another service are acknowledged
-// without effect.
-func (s *Service) onOperator(ctx context.Context, tx pgx.Tx, e event.Event) error {
+// re-drive of an event one of its inboxes parked, or the steps' part
+// ([Runner.Operate]).
+func (cfg OperatorInboxConfig) onOperator(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	var d events.OperatorActionData
 	if err := events.DecodeData(e, &d); err != nil {
 		return err
 	}
-	if d.Service != s.cfg.Spec.Service {
+	if d.Service != cfg.Service {
 		return nil
 	}
 	if d.Action == events.ActionRedrive {
-		dup, err := outbox.RedriveParked(ctx, tx, d.DeadLetter, s.inboxes...)
+		dup, err := outbox.RedriveParked(ctx, tx, d.DeadLetter, cfg.Inboxes()...)
 		if err != nil {
 			return fmt.Errorf("redrive asked by %s: %w", d.Operator, err)
 		}
@@ -244,5 +275,11 @@ func (s *Service) onOperator(ctx context.Context, tx pgx.Tx, e event.Event) erro
 	if err := events.ValidateTripID(d.TripID); err != nil {
 		return fmt.Errorf("%w: %w", outbox.ErrPermanent, err)
 	}
-	return s.Runner.Operate(ctx, tx, e, d)
+	if err := cfg.Runners[0].Operate(ctx, tx, e, d); err != nil {
+		return err
+	}
+	for _, r := range cfg.Runners[1:] {
+		outbox.AfterCommit(ctx, r.Wake)
+	}
+	return nil
 }

@@ -145,7 +145,7 @@ var fields = map[string]map[string]field{ //nolint:gochecknoglobals // read-only
 			s.Enum = []any{"retry_undo", "pause", "resume", "resolve", "redrive", "undo_leak"}
 		}},
 		"trip_id":         {desc: "The trip the action is about, the event's ce-subject.", apply: nonEmpty},
-		"service":         {desc: "The service that carries the action out (hotel, payment, car; the consumer that parked a re-driven event).", apply: nonEmpty},
+		"service":         {desc: "The service that carries the action out (trips, hotel, payment, car, insurance when on; the consumer that parked a re-driven event).", apply: nonEmpty},
 		"incident":        {desc: "The incident kind to resolve (compensation_stuck...); absent resolves every open incident of the trip at the service.", apply: nonEmpty},
 		"reason":          {desc: "Why, in the operator's words.", apply: nonEmpty},
 		"operator":        {desc: "Who asked (a name or an email).", apply: nonEmpty},

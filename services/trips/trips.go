@@ -170,6 +170,19 @@ func New(cfg Config) (*Service, error) {
 		}
 		s.inboxes = append(s.inboxes, in)
 	}
+	// The operators' actions naming trips: re-drive an event one of its
+	// inboxes parked; retry, pause, resume or resolve on its mail steps.
+	op, err := saga.NewOperatorInbox(saga.OperatorInboxConfig{
+		Service: "trips", Catalogue: events.Selected(), Runners: []*saga.Runner{s.mail, s.travelerMail},
+		Inboxes: func() []*outbox.Inbox { return s.inboxes },
+		Pool:    cfg.Pool, JetStream: cfg.JetStream, Relay: s.relay, Logger: cfg.Logger, Metrics: metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if op != nil {
+		s.inboxes = append(s.inboxes, op)
+	}
 	return s, nil
 }
 
