@@ -154,32 +154,11 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayStats, error) {
 	if appliers < 1 {
 		appliers, db = 1, conn
 	}
-	types := projectionTypes()
-	wanted := map[string]bool{}
-	for _, t := range types {
-		wanted[t] = true
-	}
-	var streams []string
-	for s := range events.Selected().Streams(types) {
-		streams = append(streams, s)
-	}
-	slices.Sort(streams)
 	// The streams are read at once, each by its own ordered consumer, into
 	// one applier: a batch mixes the streams, so a trip's events, which lie
 	// near each other in every stream, mostly merge into one row write.
-	per := make([]ReplayStats, len(streams))
-	items := make(chan replayItem, 2*cfg.BatchSize)
 	g, gctx := errgroup.WithContext(ctx)
-	var readers sync.WaitGroup
-	for i, name := range streams {
-		per[i].PerStream = map[string]int{}
-		readers.Add(1)
-		g.Go(func() error {
-			defer readers.Done()
-			return replayStream(gctx, cfg, name, wanted, &per[i], items)
-		})
-	}
-	go func() { readers.Wait(); close(items) }()
+	per, items := readProjectionStreams(gctx, g, cfg)
 	// Appliers take turns on the channel; PostgreSQL works for several at
 	// once (batches lock rows in trip id order and a lost deadlock is
 	// retried).
@@ -263,6 +242,37 @@ type replayItem struct {
 	e      event.Event
 	stream string
 	seq    uint64
+}
+
+// readProjectionStreams starts on g one reader per stream that holds an
+// event type the projection reads (each an ordered consumer, see
+// replayStream), all sending to the returned channel, which is closed once
+// every reader has reached its stream's end. per[i] counts what the i-th
+// stream (in name order) gave.
+func readProjectionStreams(ctx context.Context, g *errgroup.Group, cfg ReplayConfig) (per []ReplayStats, items <-chan replayItem) {
+	types := projectionTypes()
+	wanted := map[string]bool{}
+	for _, t := range types {
+		wanted[t] = true
+	}
+	var streams []string
+	for s := range events.Selected().Streams(types) {
+		streams = append(streams, s)
+	}
+	slices.Sort(streams)
+	per = make([]ReplayStats, len(streams))
+	ch := make(chan replayItem, 2*cfg.BatchSize)
+	var readers sync.WaitGroup
+	for i, name := range streams {
+		per[i].PerStream = map[string]int{}
+		readers.Add(1)
+		g.Go(func() error {
+			defer readers.Done()
+			return replayStream(ctx, cfg, name, wanted, &per[i], ch)
+		})
+	}
+	go func() { readers.Wait(); close(ch) }()
+	return per, ch
 }
 
 func replayStream(ctx context.Context, cfg ReplayConfig, name string, wanted map[string]bool, stats *ReplayStats, out chan<- replayItem) error {

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -78,29 +77,8 @@ func ReplayShadow(ctx context.Context, cfg ReplayConfig, progress func(read int)
 	}
 	start := time.Now()
 	var st ShadowStats
-	types := projectionTypes()
-	wanted := map[string]bool{}
-	for _, t := range types {
-		wanted[t] = true
-	}
-	var streams []string
-	for s := range events.Selected().Streams(types) {
-		streams = append(streams, s)
-	}
-	slices.Sort(streams)
-	per := make([]ReplayStats, len(streams))
-	items := make(chan replayItem, 2*cfg.BatchSize)
 	g, gctx := errgroup.WithContext(ctx)
-	var readers sync.WaitGroup
-	for i, name := range streams {
-		per[i].PerStream = map[string]int{}
-		readers.Add(1)
-		g.Go(func() error {
-			defer readers.Done()
-			return replayStream(gctx, cfg, name, wanted, &per[i], items)
-		})
-	}
-	go func() { readers.Wait(); close(items) }()
+	per, items := readProjectionStreams(gctx, g, cfg)
 	trips := map[string]*shadowTrip{}
 	seen := map[[2]string]bool{}
 	g.Go(func() error {
