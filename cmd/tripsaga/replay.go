@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -100,23 +99,14 @@ neither, through an up running in the default folder .tripsaga.`,
 			if name != reconciler.ProjectionName {
 				return fmt.Errorf("replay %q: %w (to re-drive its consumer, give --from-seq or --since); these can be replayed:\n%s", name, errUnknownProjection, strings.TrimRight(projectionList(), "\n"))
 			}
-			env, err := envForTool(dir, "NATS_URL", "DATABASE_URL")
+			p, log, err := openReplay(cmd, dir)
 			if err != nil {
-				return fmt.Errorf("replay: %w", err)
-			}
-			p, err := app.Open(cmd.Context(), "replay", reconciler.Schema, env, true, tripsql.SetSaga, tripsql.SetReconciler)
-			if err != nil {
-				return fmt.Errorf("replay: %w", err)
+				return err
 			}
 			defer p.Close()
-			// The result is printed once, below; the log only says what
-			// goes wrong.
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})).With("service", "replay")
 			var bar *progressbar.ProgressBar
 			if rf.progress {
-				bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(cmd.ErrOrStderr()), progressbar.OptionSetDescription("replay "+name),
-					progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("events"),
-					progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionOnCompletion(func() { fmt.Fprintln(cmd.ErrOrStderr()) }))
+				bar = replay.NewBar(cmd.ErrOrStderr(), "replay "+name)
 			}
 			stats, err := reconciler.ReplayProjection(cmd.Context(), name, reconciler.ReplayConfig{
 				Pool: p.Pool, JetStream: p.JS, BatchSize: batch, Logger: log,
@@ -155,4 +145,20 @@ func printReplay(w io.Writer, name string, stats reconciler.ReplayStats) {
 	for _, s := range []string{"TRIPS", "HOTEL", "PAYMENT", "CAR"} {
 		fmt.Fprintf(w, "  %-8s %d events\n", s, stats.PerStream[s])
 	}
+}
+
+// openReplay opens the process a replay runs as (the reconciler's schema,
+// migrated; NATS and PostgreSQL from the environment or the up running in
+// dir) and its logger, which says only what goes wrong: the result is
+// printed once at the end.
+func openReplay(cmd *cobra.Command, dir string) (*app.Process, *slog.Logger, error) {
+	env, err := envForTool(dir, "NATS_URL", "DATABASE_URL")
+	if err != nil {
+		return nil, nil, fmt.Errorf("replay: %w", err)
+	}
+	p, err := app.Open(cmd.Context(), "replay", reconciler.Schema, env, true, tripsql.SetSaga, tripsql.SetReconciler)
+	if err != nil {
+		return nil, nil, fmt.Errorf("replay: %w", err)
+	}
+	return p, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})).With("service", "replay"), nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"text/tabwriter"
 	"time"
@@ -19,7 +18,6 @@ import (
 	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/replay"
 	"github.com/tripsaga/tripsaga/reconciler"
-	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
 // replayFlags are replay's flags for a consumer's replay and the shadow.
@@ -143,21 +141,14 @@ func runShadowReplay(cmd *cobra.Command, dir, name string, f replayFlags, asJSON
 	if f.switchTo && !f.shadow {
 		return errors.New("--switch goes with --shadow: look at the differences first")
 	}
-	env, err := envForTool(dir, "NATS_URL", "DATABASE_URL")
+	p, log, err := openReplay(cmd, dir)
 	if err != nil {
-		return fmt.Errorf("replay: %w", err)
-	}
-	p, err := app.Open(cmd.Context(), "replay", reconciler.Schema, env, true, tripsql.SetSaga, tripsql.SetReconciler)
-	if err != nil {
-		return fmt.Errorf("replay: %w", err)
+		return err
 	}
 	defer p.Close()
-	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})).With("service", "replay")
 	var bar *progressbar.ProgressBar
 	if f.progress {
-		bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(cmd.ErrOrStderr()), progressbar.OptionSetDescription("shadow rebuild"),
-			progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("events"),
-			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionOnCompletion(func() { fmt.Fprintln(cmd.ErrOrStderr()) }))
+		bar = replay.NewBar(cmd.ErrOrStderr(), "shadow rebuild")
 	}
 	cfg := reconciler.ReplayConfig{Pool: p.Pool, JetStream: p.JS, Logger: log}
 	st, err := reconciler.ReplayShadow(cmd.Context(), cfg, func(n int) {

@@ -165,7 +165,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		names = []string{cfg.Stream}
 	}
 	start := time.Now()
-	bar := newBar(cfg.Progress, res.Mode+" "+cfg.Consumer)
+	bar := NewBar(cfg.Progress, res.Mode+" "+cfg.Consumer)
 	for _, name := range names {
 		var sr StreamResult
 		var err error
@@ -199,7 +199,9 @@ func sortedKeys(m map[string][]string) []string {
 	return out
 }
 
-func newBar(w io.Writer, what string) *progressbar.ProgressBar {
+// NewBar returns the progress bar every replay shows on w (a count of
+// events without a known total, and events/s), or nil when w is nil.
+func NewBar(w io.Writer, what string) *progressbar.ProgressBar {
 	if w == nil {
 		return nil
 	}
