@@ -116,3 +116,44 @@ func deadLetterStream(t *testing.T) (jetstream.JetStream, jetstream.Stream, *jet
 	require.NoError(t, err)
 	return js, dl, before
 }
+
+// TestEventDataNotJSONIsParkedByTheReconciler: a CloudEvent whose
+// attributes are in order but whose data is not JSON is parked by the
+// reconciler on DEADLETTER with why, and never projected (no view of its
+// trip), like every other consumer of it.
+func TestEventDataNotJSONIsParkedByTheReconciler(t *testing.T) {
+	ctx := context.Background()
+	js, dl, before := deadLetterStream(t)
+	trip := "T-" + ulid.Make().String()
+	e, err := events.New(events.Source("hotel"), events.HotelHeld, trip, map[string]any{"trip_id": trip})
+	require.NoError(t, err)
+	h, err := events.EncodeHeaders(e)
+	require.NoError(t, err)
+	m := &nats.Msg{Subject: "hotel.held." + trip, Data: []byte(`{"trip_id": "` + trip + `",`), Header: nats.Header{}}
+	for k, v := range h {
+		m.Header[k] = []string{v}
+	}
+	_, err = js.PublishMsg(ctx, m)
+	require.NoError(t, err)
+
+	var reason string
+	testenv.Eventually(t, func() bool {
+		info, err := dl.Info(ctx)
+		if err != nil {
+			return false
+		}
+		for seq := before.State.LastSeq + 1; seq <= info.State.LastSeq; seq++ {
+			msg, err := dl.GetMsg(ctx, seq)
+			if err == nil && msg.Header.Get(outbox.HeaderDeadConsumer) == "reconciler" && msg.Header.Get("ce-subject") == trip {
+				reason = msg.Header.Get(outbox.HeaderDeadReason)
+				return true
+			}
+		}
+		return false
+	}, "the reconciler parks it")
+	require.Contains(t, reason, "not valid JSON")
+	resp, err := http.Get(sys.URL("reconciler") + "/view/" + trip)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "nothing projected for it")
+}

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -95,14 +96,19 @@ func apply(ctx context.Context, tx pgx.Tx, e event.Event) error {
 }
 
 // applicable returns an error wrapping [events.ErrUnknownType] or
-// [events.ErrInvalidEvent] if e has no kind or no usable trip id (its
-// CloudEvents subject).
+// [events.ErrInvalidEvent] if e has no kind, no usable trip id (its
+// CloudEvents subject) or data that is not JSON (RFC 8259).
 func applicable(e event.Event) error {
 	if events.Kind(e.Type()) == "" {
 		return fmt.Errorf("%w: %q", events.ErrUnknownType, e.Type())
 	}
 	if err := events.ValidateTripID(e.Subject()); err != nil {
 		return fmt.Errorf("event %s: %w", e.ID(), err)
+	}
+	// The view keeps no data, but an event whose data is not JSON is
+	// not what its publisher meant to say: it is parked, not projected.
+	if !json.Valid(e.Data()) {
+		return fmt.Errorf("%w: event %s: data of %s is not valid JSON", events.ErrInvalidEvent, e.ID(), e.Type())
 	}
 	return nil
 }
