@@ -1,6 +1,7 @@
 package natsauth
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +16,11 @@ const (
 	// seed ([CredsExt]). Unset: the process connects without credentials
 	// (a server without users).
 	EnvCreds = "NATS_CREDS"
+	// EnvNkey is the nats CLI's variable for the same kind of file (an
+	// nkey seed); a process reads it when [EnvCreds] is unset, so one
+	// `up.env` serves the tools and the nats CLI, which reads NATS_CREDS
+	// as a JWT creds file and would refuse a bare seed.
+	EnvNkey = "NATS_NKEY"
 	// EnvCAFile names a PEM file of the CA certificates that sign the NATS
 	// server's TLS certificate (with a tls:// NATS_URL, or a server that
 	// requires TLS). Unset: the system's roots.
@@ -33,11 +39,11 @@ type Client struct {
 	KeyFile  string // NATS_KEY_FILE
 }
 
-// ClientFromEnv reads [Client] from NATS_CREDS, NATS_CA_FILE,
-// NATS_CERT_FILE and NATS_KEY_FILE.
+// ClientFromEnv reads [Client] from NATS_CREDS (or, unset, NATS_NKEY),
+// NATS_CA_FILE, NATS_CERT_FILE and NATS_KEY_FILE.
 func ClientFromEnv() Client {
 	return Client{
-		Creds: os.Getenv(EnvCreds), CAFile: os.Getenv(EnvCAFile),
+		Creds: cmp.Or(os.Getenv(EnvCreds), os.Getenv(EnvNkey)), CAFile: os.Getenv(EnvCAFile),
 		CertFile: os.Getenv(EnvCertFile), KeyFile: os.Getenv(EnvKeyFile),
 	}
 }

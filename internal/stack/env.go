@@ -25,8 +25,10 @@ const EnvFile = "up.env"
 // RECONCILER_URL (the first replicas), TRIPS_URLS (every trips replica,
 // comma-separated), STREAM_REPLICAS (what the services create the
 // streams with, so a tool using this stack asks for the same), and
-// NATS_CREDS and NATS_NKEY (the nats CLI's name for it): the seed file of
-// the operator identity, natsauth.Admin, which the tools connect as.
+// NATS_NKEY: the seed file of the operator identity, natsauth.Admin, which
+// the tools and the nats CLI connect as (not NATS_CREDS, which the nats CLI
+// takes for a JWT creds file; the tools read NATS_NKEY when NATS_CREDS is
+// unset).
 func (s *Stack) Env() map[string]string {
 	env := s.CompanyURLs()
 	env["NATS_URL"] = s.NATSURL
@@ -35,8 +37,7 @@ func (s *Stack) Env() map[string]string {
 	env["TRIPS_URLS"] = strings.Join(s.URLs("trips"), ",")
 	env["RECONCILER_URL"] = s.URL("reconciler")
 	env["STREAM_REPLICAS"] = strconv.Itoa(s.StreamReplicas())
-	env[natsauth.EnvCreds] = s.Creds(natsauth.Admin)
-	env["NATS_NKEY"] = s.Creds(natsauth.Admin)
+	env[natsauth.EnvNkey] = s.Creds(natsauth.Admin)
 	return env
 }
 
