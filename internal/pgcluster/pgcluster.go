@@ -497,6 +497,9 @@ func (c *Cluster) placeForPostgres(ctx context.Context, uid, gid int) error {
 	logLink := filepath.Join(c.cfg.Dir, "postgres.log")
 	_ = os.Remove(logLink)
 	_ = os.Symlink(filepath.Join(home, "postgres.log"), logLink)
+	pwLink := filepath.Join(c.cfg.Dir, PasswordFile) // written later, in home
+	_ = os.Remove(pwLink)
+	_ = os.Symlink(filepath.Join(home, PasswordFile), pwLink)
 	// Written after the link, so a sweep never sees a record without it.
 	if err := os.WriteFile(filepath.Join(home, "linked-from"), []byte(link+"\n"), 0o644); err != nil {
 		return fmt.Errorf("pgcluster: %w", err)

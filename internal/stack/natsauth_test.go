@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -42,4 +43,27 @@ func TestNATSIdentityOfEachChild(t *testing.T) {
 	require.Empty(t, s.natsEnv("sim"))
 	require.Empty(t, s.natsEnv("nats-1"))
 	require.True(t, slices.ContainsFunc(ids, func(id natsauth.Identity) bool { return id.Name == natsauth.Admin }))
+}
+
+// The operators' token reaches the reconciler's instances only, whether it
+// comes from up's own environment or from Config.Env.
+func TestOperatorTokenOnlyToTheReconciler(t *testing.T) {
+	t.Setenv("OPERATOR_TOKEN", "from-up")
+	s := &Stack{cfg: Config{Dir: t.TempDir(), Env: []string{"OPERATOR_TOKEN=from-config"}}, Addr: map[string]string{}}
+	for _, in := range []*instance{
+		{name: "sim", process: "sim"}, {name: "hotel", process: "hotel"}, {name: "trips", process: "trips"},
+		{name: "reconciler", process: "reconciler"}, {name: "reconciler-2", process: "reconciler"},
+	} {
+		s.insts = append(s.insts, in)
+	}
+	token := func(env []string) []string {
+		return slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return !strings.HasPrefix(kv, "OPERATOR_TOKEN=") })
+	}
+	for _, name := range []string{"sim", "hotel", "trips"} {
+		require.Empty(t, token(s.env(name)), name)
+	}
+	for _, name := range []string{"reconciler", "reconciler-2"} {
+		got := token(s.env(name))
+		require.Equal(t, "OPERATOR_TOKEN=from-config", got[len(got)-1], name)
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -716,7 +717,24 @@ func (s *Stack) env(name string) []string {
 	}
 	env = append(env, "SERVICE_URLS="+strings.Join(ops, ","))
 	env = append(env, s.natsEnv(name)...)
-	return append(env, s.cfg.Env...)
+	env = append(env, s.cfg.Env...)
+	// The operators' token (reconciler.OperatorTokenEnv) is the reconciler's
+	// alone: no other child gets it, from up's environment or Config.Env.
+	if s.processOf(name) != "reconciler" {
+		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "OPERATOR_TOKEN=") })
+	}
+	return env
+}
+
+// processOf returns the process an instance runs ("hotel" for "hotel-2"),
+// or "" for a name that is none of the stack's.
+func (s *Stack) processOf(name string) string {
+	for _, in := range s.insts {
+		if in.name == name {
+			return in.process
+		}
+	}
+	return ""
 }
 
 // databaseURL is the DATABASE_URL of instance name: its process's role
