@@ -542,9 +542,19 @@ func stoppedAt(t Timeline) string {
 		b.WriteString("the reconciler has no projection of this trip yet")
 	case t.View.Settled != "":
 		fmt.Fprintf(&b, "settled: %s", t.View.Settled)
+		// The event that settled it (trip.<settled>), timed from the
+		// request it answers: the booking's, or the traveler's
+		// cancellation's for canceled_by_traveler.
+		from, what := t.View.FirstEventAt, "the request"
 		for _, e := range t.Entries {
-			if e.Source == "event" && (e.What == "trip.confirmed" || e.What == "trip.canceled") {
-				fmt.Fprintf(&b, " at %s, %s after the request", e.At.Format(time.RFC3339), e.At.Sub(t.View.FirstEventAt).Round(time.Millisecond))
+			if e.Source != "event" {
+				continue
+			}
+			if e.What == "trip.cancellation_requested" {
+				from, what = e.At, "the cancellation"
+			}
+			if e.What == "trip."+t.View.Settled {
+				fmt.Fprintf(&b, " at %s, %s after %s", e.At.Format(time.RFC3339), e.At.Sub(from).Round(time.Millisecond), what)
 				break
 			}
 		}
