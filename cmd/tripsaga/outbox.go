@@ -81,7 +81,7 @@ own schema only.`,
 			if err != nil {
 				return err
 			}
-			return printOutboxRows(cmd.OutOrStdout(), rows, asJSON)
+			return printOutboxRows(cmd.OutOrStdout(), rows, asJSON, waiting)
 		},
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print one JSON array")
@@ -202,14 +202,18 @@ func eachOutbox(ctx context.Context, dir string, services []string, f func(conte
 	return out, nil
 }
 
-func printOutboxRows(w io.Writer, rows []serviceRow, asJSON bool) error {
+func printOutboxRows(w io.Writer, rows []serviceRow, asJSON, waiting bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
 	}
 	if len(rows) == 0 {
-		fmt.Fprintln(w, "no quarantined or waiting outbox events")
+		if waiting {
+			fmt.Fprintln(w, "no quarantined or waiting outbox events")
+		} else {
+			fmt.Fprintln(w, "no quarantined outbox events (events waiting after a failed publish: --waiting)")
+		}
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

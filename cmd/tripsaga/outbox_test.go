@@ -74,5 +74,6 @@ func TestOutboxListAndRedrive(t *testing.T) {
 
 	out, err = runOutboxCmd(t, "list", "--service", "hotel")
 	require.NoError(t, err)
-	require.Contains(t, out, "no quarantined or waiting outbox events")
+	require.Contains(t, out, "no quarantined outbox events (events waiting after a failed publish: --waiting)",
+		"without --waiting it does not claim nothing waits (E-wait does)")
 }
