@@ -106,9 +106,11 @@ func (r *Runner) skipPaused(ctx context.Context, tx pgx.Tx, rows []dbsqlc.Step, 
 //     or all) with the operator and reason; retries go on;
 //   - undo_leak: undoes the step's record by its Idempotency-Key (a row
 //     made compensating with cause [CauseOperator], or a new one when the
-//     service never had the step); refused, and logged so, when the step
-//     is done or still unfinished: a leak is a record the trip should not
-//     have, and the trip's own step still owns those.
+//     service never had the step, or when the step is done but its trip
+//     has no trip.requested, Config.Origin telling); refused, and logged
+//     so, when the step is done for a trip the trips service took (or
+//     Origin is nil) or still unfinished: a leak is a record the trip
+//     should not have, and the trip's own step still owns those.
 //
 // The runner is woken after commit (through outbox.AfterCommit).
 func (r *Runner) Operate(ctx context.Context, tx pgx.Tx, e event.Event, d events.OperatorActionData) error {
@@ -191,9 +193,30 @@ func (r *Runner) undoLeak(ctx context.Context, tx pgx.Tx, trip string) (string, 
 			return "", err
 		}
 		return "step was " + was + ": undoing " + row.IdempotencyKey + " by key", nil
-	default:
-		return "refused: step is " + row.Status + "; its own saga owns the record", nil
+	case Done:
+		if r.cfg.Origin == nil {
+			break
+		}
+		req, err := r.cfg.Origin(ctx, trip)
+		if err != nil {
+			return "", fmt.Errorf("saga: operator undo of %s: %w", trip, err)
+		}
+		if req != nil {
+			break
+		}
+		// No trip.requested: no trip owns the record (the step was run
+		// for a forged trigger), so nothing else will ever undo it.
+		row.Status = string(Compensating)
+		row.UndoCause = new(CauseOperator)
+		row.NextAttemptAt = time.Now()
+		row.VerifyAt = nil
+		row.Outcome = new("an operator asked to undo a leaked record of a trip the trips service never took (the step was done)")
+		if err := update(ctx, tx, row); err != nil {
+			return "", err
+		}
+		return "step was done for a trip with no trip.requested: undoing " + row.IdempotencyKey + " by key", nil
 	}
+	return "refused: step is " + row.Status + "; its own saga owns the record", nil
 }
 
 // addOperatorInbox adds the inbox of the operators' actions when the

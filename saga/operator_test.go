@@ -236,3 +236,42 @@ func TestServiceCarriesOutTheActionsNamingIt(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM inbox WHERE event_id = $1 AND consumer = 'hotel' AND stream = 'TRIPS' AND stream_seq = 42", req.ID()).Scan(&inboxRows))
 	require.Equal(t, 1, inboxRows)
 }
+
+// TestUndoLeakOfADoneStepWithoutTripRequested: a step done for a trip
+// the trips service never took (no trip.requested on TRIPS: it ran on a
+// forged trigger) is undone by key on the operator's undo_leak, with
+// cause operator and no event; one done for a trip that has its
+// trip.requested is refused, its own saga owns it.
+func TestUndoLeakOfADoneStepWithoutTripRequested(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, _, js := testenv.JetStream(t)
+	require.NoError(t, events.EnsureStreams(ctx, js, events.Default))
+	r, err := saga.New(saga.Config{Pool: b.pool, Spec: hotel.Spec(b.hotelURL), Timing: fast, Origin: saga.TripsOrigin(js)})
+	require.NoError(t, err)
+
+	owned := "T-owned"
+	e, err := events.New(events.Source("trips"), events.TripRequested, owned, events.TripRequestedData{TripID: owned, Request: trip("owned@x.io")})
+	require.NoError(t, err)
+	publishMsg(t, js, e, "", nil)
+	for _, tr := range []string{owned, "T-forged"} {
+		request(t, b, r, tr, tr+"@x.io")
+		runUntil(t, r, func() bool { return step(t, b, tr).Status == "done" }, "held")
+	}
+
+	require.Equal(t, "step was done for a trip with no trip.requested: undoing T-forged:hotel by key",
+		operate(t, b, r, "T-forged", events.ActionUndoLeak, "charged for a forged hotel.held"))
+	recoverPass(t, r)
+	runUntil(t, r, func() bool { return step(t, b, "T-forged").Status == "compensated" }, "undone")
+	require.Equal(t, "released", companyStatus(t, b, "T-forged:hotel"))
+	require.Equal(t, saga.CauseOperator, step(t, b, "T-forged").UndoCause)
+	for _, typ := range outboxTypes(t, b, "T-forged") {
+		require.NotEqual(t, events.HotelReleased, typ, "no event: the action is the record")
+	}
+
+	require.Equal(t, "refused: step is done; its own saga owns the record",
+		operate(t, b, r, owned, events.ActionUndoLeak, "mistake"))
+	require.Equal(t, "done", step(t, b, owned).Status)
+	require.Equal(t, "held", companyStatus(t, b, owned+":hotel"))
+}

@@ -54,6 +54,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer, when set, receives the runner's metrics.
 	Registerer prometheus.Registerer
+	// Origin, when set, lets an operator's undo_leak undo a done step
+	// whose trip has no trip.requested (an orphan no trip owns); nil
+	// refuses it as for any done step. See [ServiceConfig.Origin].
+	Origin OriginFunc
 }
 
 // Runner executes one step from its step log.

@@ -42,6 +42,14 @@ type ServiceConfig struct {
 	// trigger events, as the catalogue declares them, come through the
 	// service's inboxes.
 	Extra []ExtraStep
+	// Origin, when set, is how the service checks that a trigger event
+	// published by another step service (not by trips) is about a trip
+	// the trips service took, with the same request: a missing or
+	// different trip.requested parks the event and nothing is called
+	// ([OriginFunc]). It also lets an operator's undo_leak undo a done
+	// step of a trip that has no trip.requested. Production sets
+	// [TripsOrigin]; nil checks nothing.
+	Origin OriginFunc
 }
 
 // ExtraStep is a further step of a service ([ServiceConfig.Extra]):
@@ -106,7 +114,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		return nil, err
 	}
 	live := NewLiveness(cfg.Pool, cfg.Spec.Service, cfg.Instance, cfg.Logger)
-	r, err := New(Config{Pool: cfg.Pool, Spec: cfg.Spec, Timing: cfg.Timing, Liveness: live, Relay: relay, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	r, err := New(Config{Pool: cfg.Pool, Spec: cfg.Spec, Timing: cfg.Timing, Liveness: live, Relay: relay, Logger: cfg.Logger, Registerer: cfg.Registerer, Origin: cfg.Origin})
 	if err != nil {
 		return nil, err
 	}
@@ -214,12 +222,28 @@ func (s *Service) onTrigger(ctx context.Context, tx pgx.Tx, e event.Event) error
 	if err := d.Request.Validate(); err != nil {
 		return fmt.Errorf("%w: %s of trip %s: %w", outbox.ErrPermanent, e.Type(), e.Subject(), err)
 	}
+	// A trigger another step service published is carried out only for a
+	// trip the trips service took, with its request unchanged: a step
+	// service's identity can publish its own events with any content.
+	if s.cfg.Origin != nil && s.fromStepService(e.Type()) {
+		if err := checkOrigin(ctx, s.cfg.Origin, e.Type(), d.TripID, *d.Request); err != nil {
+			return err
+		}
+	}
 	body, err := s.cfg.Build(d.TripID, *d.Request)
 	if err != nil {
 		return fmt.Errorf("%w: %w", outbox.ErrPermanent, err)
 	}
 	_, err = s.Runner.Request(ctx, tx, Request{TripID: d.TripID, Body: body, Trip: d.Request})
 	return err
+}
+
+// fromStepService reports whether events of typ are published by another
+// service than the one publishing trip.requested (trips).
+func (s *Service) fromStepService(typ string) bool {
+	et, _ := s.cfg.Catalogue.Lookup(typ)
+	origin, _ := s.cfg.Catalogue.Lookup(events.TripRequested)
+	return et.Service != origin.Service
 }
 
 // Check returns an error when one of the service's inboxes has stalled

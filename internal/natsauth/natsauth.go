@@ -68,9 +68,10 @@ type Identity struct {
 	// metrics ask on every stream).
 	ReadStreams []string
 	// GetStreams are the streams whose messages it may read by sequence
-	// (the oldest pending event of its consumers; for a service that
-	// consumes every stream, the reconciler, a trip's timeline and the
-	// dead letters too).
+	// or last by subject (the oldest pending event of its consumers; for
+	// a step service, the trip.requested of a trip in TRIPS; for a service
+	// that consumes every stream, the reconciler, a trip's timeline and
+	// the dead letters too).
 	GetStreams []string
 	// All: publish and subscribe to anything ([Admin]).
 	All bool
@@ -201,6 +202,11 @@ func Identities(c events.Catalogue) []Identity {
 		for s := range consumed {
 			id.GetStreams = append(id.GetStreams, s)
 		}
+		// A step service reads a trip's trip.requested to check the origin
+		// of the events that trigger it (saga.TripsOrigin).
+		if tr, ok := c.Lookup(events.TripRequested); ok && ownsStep(c, svc) && !slices.Contains(id.GetStreams, tr.Stream) {
+			id.GetStreams = append(id.GetStreams, tr.Stream)
+		}
 		if len(consumed) == len(streams)-1 { // every stream but DEADLETTER
 			id.GetStreams = streams
 		}
@@ -211,6 +217,16 @@ func Identities(c events.Catalogue) []Identity {
 		out = append(out, id)
 	}
 	return append(out, Identity{Name: Admin, All: true, ReadStreams: streams, OwnStreams: streams, GetStreams: streams})
+}
+
+// ownsStep reports whether svc owns a step of c.
+func ownsStep(c events.Catalogue, svc string) bool {
+	for _, st := range c.Steps {
+		if st.Service == svc {
+			return true
+		}
+	}
+	return false
 }
 
 // Lookup returns the identity called name among [Identities] of c.

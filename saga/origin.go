@@ -1,0 +1,139 @@
+package saga
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/outbox"
+)
+
+// OriginFunc returns the request of trip's trip.requested event, the
+// record that the trips service took the trip, or nil (and no error) when
+// there is none. Any other error is transient: the caller retries it.
+//
+// A step service that has one ([ServiceConfig.Origin]) carries out a
+// trigger event published by another step service (hotel.held,
+// payment.charged, ...) only when its trip has a trip.requested carrying
+// the same request: only the trips identity may publish trip.requested
+// (internal/natsauth), so a step service's leaked seed can no longer
+// invent a trip or change its request. An operator's undo_leak of a done
+// step is carried out only when there is none (see [Runner.Operate]).
+type OriginFunc func(ctx context.Context, trip string) (*events.TripRequest, error)
+
+// TripsOrigin is the [OriginFunc] that reads the last message on
+// "trip.requested.<trip>" of the TRIPS stream through js (one JetStream
+// get-last-message-by-subject request, $JS.API.STREAM.MSG.GET.TRIPS,
+// after the first call has looked up the stream). A stored
+// trip.requested that cannot be decoded is a permanent error
+// (outbox.ErrPermanent).
+func TripsOrigin(js jetstream.JetStream) OriginFunc {
+	var (
+		mu     sync.Mutex
+		stream jetstream.Stream
+	)
+	return func(ctx context.Context, trip string) (*events.TripRequest, error) {
+		subject, err := events.Subject(events.TripRequested, trip)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", outbox.ErrPermanent, err)
+		}
+		mu.Lock()
+		s := stream
+		mu.Unlock()
+		if s == nil {
+			if s, err = js.Stream(ctx, events.StreamTrips); err != nil {
+				return nil, fmt.Errorf("saga: stream %s: %w", events.StreamTrips, err)
+			}
+			mu.Lock()
+			stream = s
+			mu.Unlock()
+		}
+		m, err := s.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("saga: read %s: %w", subject, err)
+		}
+		e, err := events.Decode(m.Header, m.Data)
+		if err != nil {
+			return nil, fmt.Errorf("%w: stored %s cannot be decoded: %w", outbox.ErrPermanent, subject, err)
+		}
+		var d events.TripRequestedData
+		if err := events.DecodeData(e, &d); err != nil {
+			return nil, fmt.Errorf("%w: stored %s: %w", outbox.ErrPermanent, subject, err)
+		}
+		return &d.Request, nil
+	}
+}
+
+// checkOrigin returns nil when trip's trip.requested (read with origin)
+// carries a request equal to req; a wrapped outbox.ErrPermanent naming
+// why not when it is missing or differs; else origin's error.
+func checkOrigin(ctx context.Context, origin OriginFunc, typ, trip string, req events.TripRequest) error {
+	want, err := origin(ctx, trip)
+	if err != nil {
+		return fmt.Errorf("%s of trip %s: origin: %w", typ, trip, err)
+	}
+	if want == nil {
+		return fmt.Errorf("%w: %s: no trip.requested for %s: not a trip the trips service took", outbox.ErrPermanent, typ, trip)
+	}
+	if diff := requestDiff(*want, req); len(diff) > 0 {
+		return fmt.Errorf("%w: %s of trip %s: request differs from the trip's trip.requested: %s", outbox.ErrPermanent, typ, trip, strings.Join(diff, ", "))
+	}
+	return nil
+}
+
+// requestDiff returns the JSON paths ("payment.amount_cents") where a and
+// b differ once each is encoded as JSON, sorted; none when equal.
+func requestDiff(a, b events.TripRequest) []string {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	var ma, mb any
+	if errA != nil || errB != nil || json.Unmarshal(ja, &ma) != nil || json.Unmarshal(jb, &mb) != nil {
+		if reflect.DeepEqual(a, b) {
+			return nil
+		}
+		return []string{"request"}
+	}
+	var out []string
+	jsonDiff("", ma, mb, &out)
+	slices.Sort(out)
+	return out
+}
+
+func jsonDiff(path string, a, b any, out *[]string) {
+	ma, okA := a.(map[string]any)
+	mb, okB := b.(map[string]any)
+	if !okA || !okB {
+		if !reflect.DeepEqual(a, b) {
+			if path == "" {
+				path = "request"
+			}
+			*out = append(*out, path)
+		}
+		return
+	}
+	keys := slices.Collect(maps.Keys(ma))
+	for k := range mb {
+		if _, ok := ma[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		p := k
+		if path != "" {
+			p = path + "." + k
+		}
+		jsonDiff(p, ma[k], mb[k], out)
+	}
+}
