@@ -43,7 +43,9 @@ func TestAForgedStepEventIsParkedByItsOrigin(t *testing.T) {
 		require.NoError(t, err)
 		h, err := events.EncodeHeaders(e)
 		require.NoError(t, err)
-		m := &nats.Msg{Subject: "hotel.held." + trip, Data: e.Data(), Header: nats.Header{}}
+		// Well-formed in every way, Nats-Msg-Id included, as the
+		// hotel's relay would publish it.
+		m := &nats.Msg{Subject: "hotel.held." + trip, Data: e.Data(), Header: nats.Header{"Nats-Msg-Id": {e.ID()}}}
 		for k, v := range h {
 			m.Header[k] = []string{v}
 		}
