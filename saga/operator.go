@@ -107,7 +107,8 @@ func (r *Runner) skipPaused(ctx context.Context, tx pgx.Tx, rows []dbsqlc.Step, 
 //   - undo_leak: undoes the step's record by its Idempotency-Key (a row
 //     made compensating with cause [CauseOperator], or a new one when the
 //     service never had the step, or when the step is done but its trip
-//     has no trip.requested, Config.Origin telling); refused, and logged
+//     has no trip.requested, Config.Origin telling, and was recorded
+//     within events.MaxAge, while TRIPS still keeps it); refused, and logged
 //     so, when the step is done for a trip the trips service took (or
 //     Origin is nil) or still unfinished: a leak is a record the trip
 //     should not have, and the trip's own step still owns those.
@@ -196,6 +197,10 @@ func (r *Runner) undoLeak(ctx context.Context, tx pgx.Tx, trip string) (string, 
 	case Done:
 		if r.cfg.Origin == nil {
 			break
+		}
+		if time.Since(row.CreatedAt) >= events.MaxAge {
+			// The streams no longer keep its trip.requested, if it had one.
+			return "refused: step is done and older than the streams keep a trip.requested (" + events.MaxAge.String() + "); its own saga owns the record", nil
 		}
 		req, err := r.cfg.Origin(ctx, trip)
 		if err != nil {

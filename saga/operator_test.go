@@ -241,7 +241,8 @@ func TestServiceCarriesOutTheActionsNamingIt(t *testing.T) {
 // the trips service never took (no trip.requested on TRIPS: it ran on a
 // forged trigger) is undone by key on the operator's undo_leak, with
 // cause operator and no event; one done for a trip that has its
-// trip.requested is refused, its own saga owns it.
+// trip.requested, or recorded longer ago than TRIPS keeps events, is
+// refused: its own saga owns it.
 func TestUndoLeakOfADoneStepWithoutTripRequested(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -255,7 +256,7 @@ func TestUndoLeakOfADoneStepWithoutTripRequested(t *testing.T) {
 	e, err := events.New(events.Source("trips"), events.TripRequested, owned, events.TripRequestedData{TripID: owned, Request: trip("owned@x.io")})
 	require.NoError(t, err)
 	publishMsg(t, js, e, "", nil)
-	for _, tr := range []string{owned, "T-forged"} {
+	for _, tr := range []string{owned, "T-forged", "T-old"} {
 		request(t, b, r, tr, tr+"@x.io")
 		runUntil(t, r, func() bool { return step(t, b, tr).Status == "done" }, "held")
 	}
@@ -272,6 +273,13 @@ func TestUndoLeakOfADoneStepWithoutTripRequested(t *testing.T) {
 
 	require.Equal(t, "refused: step is done; its own saga owns the record",
 		operate(t, b, r, owned, events.ActionUndoLeak, "mistake"))
+
+	// Older than TRIPS keeps events: no trip.requested proves nothing.
+	_, err = b.pool.Exec(ctx, "UPDATE steps SET created_at = now() - interval '31 days' WHERE trip_id = 'T-old'")
+	require.NoError(t, err)
+	require.Equal(t, "refused: step is done and older than the streams keep a trip.requested (720h0m0s); its own saga owns the record",
+		operate(t, b, r, "T-old", events.ActionUndoLeak, "mistake"))
+	require.Equal(t, "done", step(t, b, "T-old").Status)
 	require.Equal(t, "done", step(t, b, owned).Status)
 	require.Equal(t, "held", companyStatus(t, b, owned+":hotel"))
 }
