@@ -41,15 +41,17 @@ type cancelRow struct {
 }
 
 func cancelRows(urls map[string]string) []cancelRow {
-	return []cancelRow{
-		{name: "hotel killed after the release, before it is logged", rule: fault.HotelTravelerReleaseAfterCall + ":" + fault.Kill},
+	// A SIGKILL at every point of the cancellation's steps, as
+	// TestFaultPoints does for the booking's.
+	var rows []cancelRow
+	for _, p := range fault.Points {
+		if strings.Contains(p, ".traveler_") {
+			rows = append(rows, cancelRow{name: fault.Process(p) + " killed at " + p, rule: p + ":" + fault.Kill})
+		}
+	}
+	return append(rows, []cancelRow{
 		{name: "hotel killed when the cancellation event is committed", rule: fault.HotelInboxAfterCommit + ":" + fault.Kill},
-		{name: "payment killed after the refund committed, answer unread", rule: fault.PaymentTravelerRefundAnswerUnread + ":" + fault.Kill},
-		{name: "payment killed after the refund is logged, before it is published", rule: fault.PaymentTravelerRefundAfterLog + ":" + fault.Kill},
-		{name: "car killed before the cancel is sent", rule: fault.CarTravelerCancelBeforeCall + ":" + fault.Kill},
-		{name: "car killed after the cancel, before it is logged", rule: fault.CarTravelerCancelAfterCall + ":" + fault.Kill},
 		{name: "trips killed while it projects the cancellation", rule: fault.TripsInboxAfterCommit + ":" + fault.Kill},
-		{name: "trips killed before the cancellation email", rule: fault.TripsTravelerMailBeforeCall + ":" + fault.Kill},
 		{name: "refund answer read fails", rule: fault.PaymentTravelerRefundAnswerUnread + ":" + fault.Error},
 		{name: "refund answer lost by the card processor", company: func(_, card string) (string, sim.Rule) {
 			return urls["PAYMENTS_URL"], sim.Rule{Op: sim.OpRefund, Fault: sim.FaultLoseAnswer, Times: 1, Match: map[string]string{"card_token": card}}
@@ -63,7 +65,7 @@ func cancelRows(urls map[string]string) []cancelRow {
 		{name: "refunds fail for 6 s: incident, then settled", incident: "traveler_refund", company: func(_, card string) (string, sim.Rule) {
 			return urls["PAYMENTS_URL"], sim.Rule{Op: sim.OpRefund, Fault: sim.FaultFail, ForMS: 6000, Match: map[string]string{"card_token": card}}
 		}},
-	}
+	}...)
 }
 
 // cancelRig is the stack TestCancellationFaults runs on: its children
