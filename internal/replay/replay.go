@@ -238,6 +238,25 @@ func startSeq(ctx context.Context, cfg Config, s jetstream.Stream) (uint64, erro
 	return md.Sequence.Stream, nil
 }
 
+// span sets sr.To to the stream's last sequence and returns the sequence
+// the replay starts from (not before the stream's first), or 0 when
+// nothing is stored from there.
+func span(ctx context.Context, cfg Config, s jetstream.Stream, name string, sr *StreamResult) (uint64, error) {
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("replay: stream %s: %w", name, err)
+	}
+	from, err := startSeq(ctx, cfg, s)
+	if err != nil {
+		return 0, fmt.Errorf("replay: %s: the point to start from: %w", name, err)
+	}
+	sr.To = info.State.LastSeq
+	if from == 0 || from > sr.To {
+		return 0, nil
+	}
+	return max(from, info.State.FirstSeq), nil
+}
+
 // reset moves the durable consumer on stream back to the start and waits
 // until it has acknowledged every event from there again.
 func reset(ctx context.Context, cfg Config, name string, bar *progressbar.ProgressBar) (StreamResult, error) {
@@ -254,23 +273,14 @@ func reset(ctx context.Context, cfg Config, name string, bar *progressbar.Progre
 	if err != nil {
 		return sr, fmt.Errorf("replay: consumer %s on %s: %w", cfg.Consumer, name, err)
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return sr, fmt.Errorf("replay: stream %s: %w", name, err)
-	}
-	from, err := startSeq(ctx, cfg, s)
-	if err != nil {
-		return sr, fmt.Errorf("replay: %s: the point to start from: %w", name, err)
-	}
-	sr.To = info.State.LastSeq
-	if from == 0 || from > info.State.LastSeq {
-		return sr, nil // nothing stored from there
+	from, err := span(ctx, cfg, s, name, &sr)
+	if err != nil || from == 0 {
+		return sr, err // or nothing stored from there
 	}
 	ci := cons.CachedInfo().Config
 	if ci.DeliverPolicy == jetstream.DeliverByStartSequencePolicy && from < ci.OptStartSeq {
 		from = ci.OptStartSeq // the consumer starts there; it cannot be reset before
 	}
-	from = max(from, info.State.FirstSeq)
 	sr.From = from
 	r, err := s.ResetConsumerToSequence(ctx, cfg.Consumer, from)
 	if err != nil {
@@ -314,19 +324,10 @@ func scan(ctx context.Context, cfg Config, name string, filters []string, bar *p
 	if err != nil {
 		return sr, fmt.Errorf("replay: stream %s: %w", name, err)
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return sr, fmt.Errorf("replay: stream %s: %w", name, err)
+	from, err := span(ctx, cfg, s, name, &sr)
+	if err != nil || from == 0 {
+		return sr, err // or nothing stored from there
 	}
-	from, err := startSeq(ctx, cfg, s)
-	if err != nil {
-		return sr, fmt.Errorf("replay: %s: the point to start from: %w", name, err)
-	}
-	sr.To = info.State.LastSeq
-	if from == 0 || from > sr.To {
-		return sr, nil
-	}
-	from = max(from, info.State.FirstSeq)
 	sr.From = from
 	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: filters, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
