@@ -214,17 +214,10 @@ func (s *Service) cancel(ctx context.Context, id, key string, now time.Time) (db
 	if err != nil {
 		return dbsqlc.Trip{}, err
 	}
-	ev, err := events.New(events.Source("trips"), events.TripCancellationRequested, id, events.CancellationData{
+	if err := publishAndCommit(ctx, tx, events.TripCancellationRequested, id, events.CancellationData{
 		TripID: id, Request: req, ChargedCents: req.Payment.AmountCents, FeeCents: fee.FeeCents,
 		RefundCents: fee.RefundCents, Currency: req.Payment.Currency, Band: fee.Band, RequestedAt: now.UTC(),
-	})
-	if err != nil {
-		return dbsqlc.Trip{}, err
-	}
-	if err := outbox.Write(ctx, tx, ev); err != nil {
-		return dbsqlc.Trip{}, err
-	}
-	if err := tx.Commit(ctx); err != nil {
+	}); err != nil {
 		return dbsqlc.Trip{}, err
 	}
 	committed()

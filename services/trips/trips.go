@@ -546,18 +546,25 @@ func (s *Service) create(ctx context.Context, key string, req events.TripRequest
 	if err != nil {
 		return dbsqlc.Trip{}, err
 	}
-	ev, err := events.New(events.Source("trips"), events.TripRequested, id, events.TripRequestedData{TripID: id, Request: req})
-	if err != nil {
-		return dbsqlc.Trip{}, err
-	}
-	if err := outbox.Write(ctx, tx, ev); err != nil {
-		return dbsqlc.Trip{}, err
-	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := publishAndCommit(ctx, tx, events.TripRequested, id, events.TripRequestedData{TripID: id, Request: req}); err != nil {
 		return dbsqlc.Trip{}, err
 	}
 	committed()
 	return row, nil
+}
+
+// publishAndCommit writes the trips service's event of type typ about
+// trip (data as its data) to the outbox in tx and commits tx: the state
+// change and its event in one transaction.
+func publishAndCommit(ctx context.Context, tx pgx.Tx, typ, trip string, data any) error {
+	ev, err := events.New(events.Source("trips"), typ, trip, data)
+	if err != nil {
+		return err
+	}
+	if err := outbox.Write(ctx, tx, ev); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 // waitSettled waits up to d for the trip to reach a final status, woken by
