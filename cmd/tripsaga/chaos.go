@@ -27,6 +27,7 @@ type chaosOptions struct {
 	seed                             uint64
 	dir                              string
 	asJSON                           bool
+	faults                           string
 	binary                           string // tests: the tripsaga binary to start
 }
 
@@ -42,9 +43,22 @@ with the same Idempotency-Key to another), with a mix of travelers some of
 whom are turned down on purpose (car or hotel sold out, card declined).
 Meanwhile the company simulators draw faults per call (lost answers, hangs,
 late commits, 503s, slow answers, failing and slow undos), and every
---kill-every a random instance (any service replica, or a NATS node of a
-cluster; never the simulators) is SIGKILLed and restarted by the
-supervisor.
+--kill-every one disruption of a kind drawn from --faults is carried out:
+
+  kill         a random instance (any service replica, or a NATS node of a
+               cluster; never the simulators) is SIGKILLed and restarted by
+               the supervisor
+  step-down    the JetStream leader of a random event stream, or of one of
+               its consumers, steps down (a cluster only)
+  empty-store  a NATS node is SIGKILLed and restarted with an empty store,
+               as after a lost disk (a cluster only)
+  lose-acked   one of the newest events of a random event stream, already
+               acknowledged to its relay, is deleted from the stream, as a
+               power loss before the server's fsync loses it; the outbox's
+               check must publish it again, and the audit looks for each
+               one by its Nats-Msg-Id
+
+(--faults all: every kind the NATS setup allows.)
 
 Then the faults and kills stop, the system is left to settle (every trip
 confirmed or canceled, no step unfinished, at most --settle-limit), and
@@ -68,6 +82,7 @@ without exactly one mail.`,
 	f.DurationVar(&o.settleLimit, "settle-limit", 10*time.Minute, "longest wait for the system to settle after the faults stopped")
 	f.StringVar(&o.dir, "dir", "", "folder for the stack's data and logs, kept (default: a new temp folder, removed unless the run fails)")
 	f.BoolVar(&o.asJSON, "json", false, "print the report as one JSON object")
+	f.StringVar(&o.faults, "faults", chaos.DisruptKill, "disruptions drawn every --kill-every, comma-separated: kill, step-down, empty-store, lose-acked, or all")
 	return cmd
 }
 
@@ -83,6 +98,10 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 		return fmt.Errorf("--nats-cluster %d: want 0 (one embedded server) or 3 or more", o.natsCluster)
 	case o.killEvery < 0:
 		return fmt.Errorf("--kill-every %s: want 0 (no kills) or a positive duration", o.killEvery)
+	}
+	disruptions, err := chaos.ParseDisruptions(o.faults, o.natsCluster)
+	if err != nil {
+		return err
 	}
 	dir, temp := o.dir, o.dir == ""
 	if temp {
@@ -109,7 +128,7 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 		killEvery = -1
 	}
 	rep, err := chaos.Run(ctx, s, chaos.Config{
-		Duration: o.duration, Rate: o.rate, KillEvery: killEvery, Seed: o.seed, SettleLimit: o.settleLimit,
+		Duration: o.duration, Rate: o.rate, KillEvery: killEvery, Seed: o.seed, SettleLimit: o.settleLimit, Disruptions: disruptions,
 		NATSURL: s.NATSURL, NATSCreds: s.Creds(natsauth.Admin), Replicas: o.replicas, NATSCluster: o.natsCluster, Progress: errw, ProgressPlain: !isTerminal(errw),
 	})
 	s.Stop()

@@ -71,6 +71,9 @@ type Config struct {
 	// Faults armed while booking; nil: [DefaultFaults]. Empty (not nil):
 	// none.
 	Faults []Fault
+	// Disruptions are the kinds drawn every KillEvery ([Disruptions]:
+	// kill, step-down, empty-store, lose-acked); nil: kill only.
+	Disruptions []string
 	// NATSURL (comma-separated servers) is read for the dead letters, as
 	// the identity whose seed file NATSCreds names (natsauth.Admin's).
 	NATSURL   string
@@ -103,6 +106,9 @@ func (c *Config) defaults() {
 	}
 	if c.Faults == nil {
 		c.Faults = DefaultFaults()
+	}
+	if c.Disruptions == nil {
+		c.Disruptions = []string{DisruptKill}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -157,6 +163,12 @@ type run struct {
 	bookings []*booking
 	kills    map[string]int
 	killErrs []string
+	// admin is the NATS connection of the step-down and lose-acked
+	// disruptions; disrupted counts the disruptions carried out per kind,
+	// lost the events deleted after their PubAck.
+	admin     *disruptor
+	disrupted map[string]int
+	lost      []LostEvent
 
 	posted, answered, retried, failed, inflight atomic.Int64
 }
@@ -169,7 +181,7 @@ func newRun(sys System, cfg Config) (*run, *Report, error) {
 		http:   &http.Client{Timeout: 20 * time.Second},
 		poster: &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 		rng:    rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), //nolint:gosec // a test's choices, not secrets
-		kills:  map[string]int{},
+		kills:  map[string]int{}, disrupted: map[string]int{},
 	}
 	if len(r.trips) == 0 {
 		return nil, nil, errors.New("chaos: no trips replica")
@@ -178,6 +190,7 @@ func newRun(sys System, cfg Config) (*run, *Report, error) {
 		Seed: cfg.Seed, DurationS: cfg.Duration.Seconds(), Rate: cfg.Rate, KillEveryS: cfg.KillEvery.Seconds(),
 		Replicas: max(cfg.Replicas, 1), NATSCluster: cfg.NATSCluster, Duplicates: map[string]int{}, Kills: map[string]int{},
 		Faults: map[string]int{}, Incidents: map[string]int{}, IncidentKinds: map[string]int{}, Travelers: map[string]int{},
+		DisruptionKinds: cfg.Disruptions, Disruptions: map[string]int{},
 	}
 	return r, rep, nil
 }
@@ -192,6 +205,12 @@ func Run(ctx context.Context, sys System, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	cfg = r.cfg
+	if slices.ContainsFunc(cfg.Disruptions, func(k string) bool { return k == DisruptStepDown || k == DisruptLoseAcked }) {
+		if r.admin, err = r.connectAdmin(); err != nil {
+			return nil, err
+		}
+		defer r.admin.nc.Close()
+	}
 	for _, in := range sys.Instances() {
 		if killable(in) {
 			rep.Victims = append(rep.Victims, in)
@@ -215,7 +234,7 @@ func Run(ctx context.Context, sys System, cfg Config) (*Report, error) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); r.bookAtRate(bctx, ctx) }()
-	go func() { defer wg.Done(); r.killLoop(bctx, ctx, rep.Victims) }()
+	go func() { defer wg.Done(); r.disruptLoop(bctx, ctx, rep.Victims) }()
 	r.progress(bctx, start)
 	wg.Wait() // the last kill's victim is ready again
 
@@ -243,10 +262,22 @@ func (r *run) audit(ctx context.Context, rep *Report, stopped time.Time) {
 	kills := r.kills
 	rep.KillErrors = r.killErrs
 	bookings := slices.Clone(r.bookings)
+	lost := slices.Clone(r.lost)
+	for k, v := range r.disrupted {
+		rep.Disruptions[k] = v
+	}
 	r.mu.Unlock()
 	for k, v := range kills {
 		rep.Kills[k] = v
 		rep.KillsTotal += v
+	}
+	if len(lost) > 0 {
+		rep.LostEvents = r.waitLostFound(ctx, lost)
+		for _, l := range rep.LostEvents {
+			if l.FoundAgain {
+				rep.LostFoundAgain++
+			}
+		}
 	}
 	rep.Posts = PostStats{Posted: int(r.posted.Load()), Answered: int(r.answered.Load()), Retried: int(r.retried.Load()), Failed: int(r.failed.Load())}
 	for _, b := range bookings {
@@ -466,37 +497,32 @@ func (r *run) waitPosts(ctx context.Context) {
 	}
 }
 
-// killLoop SIGKILLs a random victim every KillEvery until bctx ends, and
-// waits until it is ready again before the next.
-func (r *run) killLoop(bctx, ctx context.Context, victims []string) {
-	if r.cfg.KillEvery < 0 || len(victims) == 0 {
+// disruptLoop carries out a disruption every KillEvery until bctx ends,
+// each after the one before is over (a killed instance is ready again):
+// the kinds of Config.Disruptions take turns from a random one, so every
+// kind happens in a run of a few of them; victims are drawn at random.
+func (r *run) disruptLoop(bctx, ctx context.Context, victims []string) {
+	if r.cfg.KillEvery < 0 || len(victims) == 0 || len(r.cfg.Disruptions) == 0 {
 		return
 	}
 	t := time.NewTicker(r.cfg.KillEvery)
 	defer t.Stop()
-	for {
+	for turn := r.intn(len(r.cfg.Disruptions)); ; turn++ {
 		select {
 		case <-bctx.Done():
 			return
 		case <-t.C:
 		}
-		v := victims[r.intn(len(victims))]
-		pid, err := r.sys.Kill(v)
+		kind := r.cfg.Disruptions[turn%len(r.cfg.Disruptions)]
+		what, err := r.disrupt(ctx, kind, victims)
 		r.mu.Lock()
 		if err != nil {
-			r.killErrs = append(r.killErrs, v+": "+err.Error())
+			r.killErrs = append(r.killErrs, kind+": "+what+": "+firstLine(err.Error()))
 		} else {
-			r.kills[v]++
+			r.disrupted[kind]++
 		}
 		r.mu.Unlock()
-		r.cfg.Logger.Info("chaos: SIGKILLed", "instance", v, "pid", pid, "err", err)
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		if err := r.sys.WaitReady(wctx, v); err != nil {
-			r.mu.Lock()
-			r.killErrs = append(r.killErrs, v+" not ready again: "+firstLine(err.Error()))
-			r.mu.Unlock()
-		}
-		cancel()
+		r.cfg.Logger.Info("chaos: disruption", "kind", kind, "what", what, "err", err)
 	}
 }
 
@@ -521,11 +547,11 @@ func (r *run) progress(bctx context.Context, start time.Time) {
 		}
 		r.mu.Lock()
 		kills := 0
-		for _, n := range r.kills {
+		for _, n := range r.disrupted {
 			kills += n
 		}
 		r.mu.Unlock()
-		p.show(fmt.Sprintf("chaos: %d booked, %d answered, %d retried elsewhere, %d in flight, %d kills",
+		p.show(fmt.Sprintf("chaos: %d booked, %d answered, %d retried elsewhere, %d in flight, %d disruptions",
 			r.posted.Load(), r.answered.Load(), r.retried.Load(), r.inflight.Load(), kills), int64(time.Since(start)/time.Second))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,10 +28,11 @@ func TestChaosTwoMinutes(t *testing.T) {
 	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/tripsaga").CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 
+	disruptions := []string{DisruptKill, DisruptStepDown, DisruptEmptyStore}
 	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "chaos", "--duration", "2m", "--rate", "5", "--replicas", "2", "--nats-cluster", "3",
-		"--kill-every", "4s", "--settle-limit", "4m", "--json")
+		"--kill-every", "4s", "--faults", strings.Join(disruptions, ","), "--settle-limit", "4m", "--json")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	runErr := cmd.Run()
@@ -65,6 +67,9 @@ func TestChaosTwoMinutes(t *testing.T) {
 	require.Positive(t, rep.Empty, "some trips turned down on purpose or by the faults")
 	require.Positive(t, rep.FaultsTotal, "faults drawn: %v", rep.Faults)
 	require.Positive(t, rep.KillsTotal, "kills: %v", rep.Kills)
+	for _, k := range disruptions {
+		require.Positive(t, rep.Disruptions[k], "disruptions of kind %s: %v (errors %v)", k, rep.Disruptions, rep.KillErrors)
+	}
 	require.Contains(t, rep.Victims, "nats-2")
 	require.Contains(t, rep.Victims, "trips-2")
 	require.NotContains(t, rep.Victims, "sim")

@@ -145,6 +145,15 @@ type Report struct {
 	Kills      map[string]int `json:"kills"`
 	KillsTotal int            `json:"kills_total"`
 	KillErrors []string       `json:"kill_errors,omitempty"`
+	// DisruptionKinds are the kinds drawn (--faults), Disruptions how
+	// many of each were carried out.
+	DisruptionKinds []string       `json:"disruption_kinds"`
+	Disruptions     map[string]int `json:"disruptions"`
+	// LostEvents are the events deleted from their streams after their
+	// PubAck (lose-acked) and whether each was found there again;
+	// LostFoundAgain counts those found.
+	LostEvents     []LostEvent `json:"lost_events,omitempty"`
+	LostFoundAgain int         `json:"lost_found_again"`
 
 	// Orphans are company records of trips the trips service never
 	// recorded ("holds T-9").
@@ -256,6 +265,9 @@ func summarize(rep *Report, audits []TripAudit, bookings []*booking) {
 	if len(rep.Orphans) > 0 {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d company record(s) of trips nobody booked: %s", len(rep.Orphans), strings.Join(rep.Orphans[:min(len(rep.Orphans), 5)], ", ")))
 	}
+	if n := len(rep.LostEvents) - rep.LostFoundAgain; n > 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d acked event(s) deleted from their streams never published again", n))
+	}
 	if rep.Trips == 0 {
 		rep.Problems = append(rep.Problems, "no trip was booked")
 	}
@@ -312,7 +324,16 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "dead letters\t%s\n", dl)
 	fmt.Fprintf(tw, "faults drawn\t%d (%s)\n", r.FaultsTotal, countList(r.Faults))
+	fmt.Fprintf(tw, "disruptions\t%s (kinds drawn: %s)\n", countList(r.Disruptions), strings.Join(r.DisruptionKinds, ", "))
 	fmt.Fprintf(tw, "kills\t%d (%s)\n", r.KillsTotal, countList(r.Kills))
+	if len(r.LostEvents) > 0 {
+		fmt.Fprintf(tw, "acked events lost\t%d deleted from their streams, %d found there again\n", len(r.LostEvents), r.LostFoundAgain)
+		for _, l := range r.LostEvents {
+			if !l.FoundAgain {
+				fmt.Fprintf(tw, "\tNOT found again: %s #%d %s (%s)\n", l.Stream, l.Seq, l.Subject, l.MsgID)
+			}
+		}
+	}
 	for _, e := range r.KillErrors {
 		fmt.Fprintf(tw, "\tkill error: %s\n", e)
 	}

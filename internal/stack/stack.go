@@ -128,6 +128,8 @@ type instance struct {
 	args    []string // the tripsaga command line after the binary
 	// natsClient, natsRoute: a NATS node's ports (0 for the others).
 	natsClient, natsRoute int
+	// store is a NATS node's store folder ("" for the others).
+	store string
 }
 
 // Services are the processes that run Config.Replicas times: every one of
@@ -166,7 +168,10 @@ type child struct {
 	done     chan struct{}
 	restarts int
 	killed   bool // by Stack.Kill, on purpose; guarded by Stack.mu
-	started  time.Time
+	// emptyStore: restart it with its store folder emptied
+	// ([Stack.KillEmptyStore]); guarded by Stack.mu.
+	emptyStore bool
+	started    time.Time
 	// quickExits counts exits in a row within 5 s of a start (guarded by
 	// Stack.mu), for the restart backoff.
 	quickExits int
@@ -559,7 +564,7 @@ func (s *Stack) planCluster(n int, portOf map[string]int) error {
 			return fmt.Errorf("stack: %w", err)
 		}
 		s.insts = append(s.insts, &instance{
-			name: name, process: "nats", natsClient: client[i], natsRoute: route[i],
+			name: name, process: "nats", natsClient: client[i], natsRoute: route[i], store: store,
 			args: []string{"serve", "nats", "--name", name, "--port", strconv.Itoa(client[i]),
 				"--cluster-port", strconv.Itoa(route[i]), "--routes", strings.Join(routes, ","),
 				"--cluster-name", ClusterName, "--store", store,
@@ -816,7 +821,13 @@ func (s *Stack) startChild(in *instance) error {
 		time.Sleep(delay)
 		s.mu.Lock()
 		stopped = s.stopped
+		empty := c.emptyStore
 		s.mu.Unlock()
+		if empty && in.store != "" {
+			if err := emptyDir(in.store); err != nil {
+				s.cfg.Logger.Error("cannot empty the store", "process", name, "store", in.store, "err", err)
+			}
+		}
 		if !stopped {
 			if err := s.startChild(in); err != nil {
 				s.cfg.Logger.Error("restart failed", "process", name, "err", err)
@@ -845,6 +856,43 @@ func (s *Stack) Kill(name string) (pid int, err error) {
 	}
 	<-c.done
 	return pid, nil
+}
+
+// KillEmptyStore SIGKILLs a NATS node of a cluster ("nats-2") like
+// [Stack.Kill], and the supervisor starts it again with its store folder
+// emptied, as a node whose disk was lost: it catches its streams up from
+// its peers. Wait for it with [Stack.WaitReady].
+func (s *Stack) KillEmptyStore(name string) (pid int, err error) {
+	s.mu.Lock()
+	c := s.procs[name]
+	var store string
+	for _, in := range s.insts {
+		if in.name == name {
+			store = in.store
+		}
+	}
+	if c != nil && store != "" {
+		c.emptyStore = true
+	}
+	s.mu.Unlock()
+	if store == "" {
+		return 0, fmt.Errorf("stack: %s is not a NATS node of a cluster", name)
+	}
+	return s.Kill(name)
+}
+
+// emptyDir removes everything inside dir, keeping dir.
+func emptyDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Pid returns the current pid of an instance (0 if unknown).
