@@ -389,11 +389,11 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 <h1>Incidents across services</h1>
 {{if .Unread}}<p><b>Not read</b>:</p><ul>{{range .Unread}}<li>{{.}}</li>{{end}}</ul>{{end}}
 ` + opsBar + `
-<table id="incidents"><tr><th>service</th><th>trip</th><th>step</th><th>kind</th><th>attempts</th><th>last error</th><th>age</th><th>resolved</th><th></th></tr>
-{{range .Items}}<tr class="{{if .ResolvedAt}}resolved{{else}}open{{end}}"><td>{{.Service}}</td><td><a href="/trips/{{.TripID}}">{{.TripID}}</a></td><td>{{.Step}}</td><td class="incident">{{.Kind}}</td><td>{{.Attempts}}</td><td>{{.LastError}}</td><td>{{.Age}}</td><td>{{if .ResolvedAt}}{{.ResolvedAt.Format "15:04:05"}}{{else}}open{{end}}</td>
+<table id="incidents"><tr><th>service</th><th>trip</th><th>step</th><th>kind</th><th>attempts</th><th>last error</th><th>age</th><th>owner</th><th>escalates</th><th>resolved</th><th></th></tr>
+{{range .Items}}<tr class="{{if .ResolvedAt}}resolved{{else}}open{{end}}"><td>{{.Service}}</td><td><a href="/trips/{{.TripID}}">{{.TripID}}</a></td><td>{{.Step}}</td><td class="incident">{{.Kind}}</td><td>{{.Attempts}}</td><td>{{.LastError}}</td><td>{{.Age}}</td><td class="owner">{{.Owner}}</td><td class="escalation">{{if .Escalated}}<b>escalated</b> at {{.EscalatesAt.Format "15:04:05"}}{{else if .EscalatesAt}}at {{.EscalatesAt.Format "15:04:05"}}{{end}}</td><td>{{if .ResolvedAt}}{{.ResolvedAt.Format "15:04:05"}}{{else}}open{{end}}</td>
 <td>{{if not .ResolvedAt}}<button class="action retry" data-key="{{.RetryKey}}" data-body='{{json (dict "action" "retry_undo" "trip" .TripID "service" .Service)}}' onclick="act(this)">retry now</button>
 <button class="action resolve" data-needs-reason="1" data-key="{{.ResolveKey}}" data-body='{{json (dict "action" "resolve" "trip" .TripID "service" .Service "incident" .Kind)}}' onclick="act(this)">resolve</button>{{end}}</td></tr>
-{{else}}<tr><td colspan="9">No incident.</td></tr>{{end}}</table>
+{{else}}<tr><td colspan="11">No incident.</td></tr>{{end}}</table>
 {{if .Hidden}}<p>{{.Hidden}} older resolved incidents are not listed: <a href="/api/incidents">/api/incidents</a> has them all.</p>{{end}}
 ` + consoleScript + `</body></html>{{end}}
 

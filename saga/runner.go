@@ -1036,6 +1036,13 @@ type Incident struct {
 	// operator did (events.ActionResolve).
 	ResolvedBy string `json:"resolved_by,omitempty"`
 	Resolution string `json:"resolution,omitempty"`
+	// Owner is who answers for it (the service's INCIDENT_OWNER, or the
+	// service's name) and EscalatesAt when an open one escalates past
+	// them (raised_at + INCIDENT_ESCALATE_AFTER_MS), Escalated whether it
+	// has, by the database's clock. Set by the service's GET /incidents.
+	Owner       string     `json:"owner,omitempty"`
+	EscalatesAt *time.Time `json:"escalates_at,omitempty"`
+	Escalated   bool       `json:"escalated,omitempty"`
 }
 
 // Incidents lists every incident of the service whose schema db reaches,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -227,17 +228,20 @@ The reconciler is found at RECONCILER_URL, or through the up running in
 				return nil
 			}
 			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "SERVICE\tTRIP\tSTEP\tKIND\tATTEMPTS\tAGE\tSTATE\tLAST ERROR")
+			fmt.Fprintln(tw, "SERVICE\tTRIP\tSTEP\tKIND\tATTEMPTS\tAGE\tSTATE\tOWNER\tLAST ERROR")
 			for _, in := range items {
 				state := "open"
+				if in.Escalated {
+					state = "open, escalated"
+				}
 				if in.ResolvedAt != nil {
 					state = "resolved"
 					if in.ResolvedBy != "" {
 						state += " by " + in.ResolvedBy
 					}
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", in.Service, in.TripID, in.Step, in.Kind, in.Attempts,
-					time.Since(in.RaisedAt).Round(time.Second), state, oneLine(in.LastError, 80))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", in.Service, in.TripID, in.Step, in.Kind, in.Attempts,
+					time.Since(in.RaisedAt).Round(time.Second), state, cmp.Or(in.Owner, "-"), oneLine(in.LastError, 80))
 			}
 			return tw.Flush()
 		},

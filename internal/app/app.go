@@ -53,6 +53,14 @@ type Env struct {
 	// INCIDENT_AFTER (attempts), VERIFY_AFTER_MS.
 	CallTimeout, StepDeadline, UndoBackoffMax, VerifyAfter time.Duration
 	IncidentAfter                                          int
+	// IncidentOwner (INCIDENT_OWNER) names who answers for the service's
+	// incidents (a team, a rota: "payments-oncall"); default the service's
+	// name. IncidentEscalateAfter (INCIDENT_ESCALATE_AFTER_MS; default 30
+	// minutes) is how long an incident may stay open before it escalates:
+	// GET /incidents gives each its owner and escalates_at, and the gauge
+	// tripsaga_incidents_escalated counts those past it (an alert pages).
+	IncidentOwner         string
+	IncidentEscalateAfter time.Duration
 	// StreamReplicas is how many replicas the streams are created with
 	// (STREAM_REPLICAS, 1 to 5; default 1; 3 on a three-node cluster). An
 	// existing stream with fewer is raised to it; doctor refuses it above
@@ -87,6 +95,7 @@ func EnvFromOS() (Env, error) {
 		InsurerURL:  os.Getenv("INSURER_URL"),
 		CallTimeout: ms("CALL_TIMEOUT_MS"), StepDeadline: ms("STEP_DEADLINE_MS"), UndoBackoffMax: ms("UNDO_BACKOFF_MAX_MS"),
 		VerifyAfter: ms("VERIFY_AFTER_MS"), IncidentAfter: num("INCIDENT_AFTER"),
+		IncidentOwner: os.Getenv("INCIDENT_OWNER"), IncidentEscalateAfter: ms("INCIDENT_ESCALATE_AFTER_MS"),
 		NATSClient: natsauth.ClientFromEnv(),
 	}
 	var err error
@@ -97,6 +106,28 @@ func EnvFromOS() (Env, error) {
 		errs = append(errs, err)
 	}
 	return e, errors.Join(errs...)
+}
+
+// DefaultIncidentEscalateAfter is how long an incident stays open before
+// it escalates when INCIDENT_ESCALATE_AFTER_MS is unset.
+const DefaultIncidentEscalateAfter = 30 * time.Minute
+
+// Owner is who owns the incidents of service: INCIDENT_OWNER, or the
+// service's name.
+func (e Env) Owner(service string) string {
+	if e.IncidentOwner != "" {
+		return e.IncidentOwner
+	}
+	return service
+}
+
+// EscalateAfter is INCIDENT_ESCALATE_AFTER_MS, or
+// [DefaultIncidentEscalateAfter].
+func (e Env) EscalateAfter() time.Duration {
+	if e.IncidentEscalateAfter > 0 {
+		return e.IncidentEscalateAfter
+	}
+	return DefaultIncidentEscalateAfter
 }
 
 // Require returns an error naming every listed variable that is empty.

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/saga"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
@@ -163,4 +165,47 @@ func TestWriteErrorHidesTheErrorText(t *testing.T) {
 		require.NotContains(t, w.Body.String(), pgErr.Message)
 		require.NotContains(t, w.Body.String(), pgErr.Code)
 	}
+}
+
+// TestIncidentsNameTheirOwnerAndEscalation (issue 22 item 7): GET
+// /incidents names who owns each incident (INCIDENT_OWNER, or the
+// service's name) and, for an open one, when it escalates and whether it
+// has by the database's clock; a resolved one has no escalation.
+func TestIncidentsNameTheirOwnerAndEscalation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := testenv.SchemaPool(t, "hotel", tripsql.SetSaga)
+	_, err := pool.Exec(ctx, `INSERT INTO incidents (trip_id, step, kind, attempts, last_error, raised_at, resolved_at) VALUES
+		('T-old', 'hotel', 'compensation_stuck', 5, 'release: 503', now() - interval '45 minutes', NULL),
+		('T-new', 'hotel', 'compensation_stuck', 5, 'release: 503', now(), NULL),
+		('T-done', 'hotel', 'compensation_stuck', 5, 'release: 503', now() - interval '2 hours', now())`)
+	require.NoError(t, err)
+	list := func(env Env) map[string]saga.Incident {
+		t.Helper()
+		p := &Process{Name: "hotel", Env: env, Pool: pool, Mux: http.NewServeMux(), Log: slog.New(slog.DiscardHandler)}
+		p.HandleOps()
+		hs := httptest.NewServer(Problems(p.Mux))
+		defer hs.Close()
+		a := get(t, http.MethodGet, hs.URL+"/incidents")
+		require.Equal(t, http.StatusOK, a.code, a.body)
+		var body struct{ Items []saga.Incident }
+		require.NoError(t, json.Unmarshal([]byte(a.body), &body))
+		out := map[string]saga.Incident{}
+		for _, in := range body.Items {
+			out[in.TripID] = in
+		}
+		return out
+	}
+
+	got := list(Env{})
+	require.Equal(t, "hotel", got["T-old"].Owner, "the service's name when INCIDENT_OWNER is unset")
+	require.True(t, got["T-old"].Escalated, "45 minutes open: past the default 30")
+	require.WithinDuration(t, got["T-old"].RaisedAt.Add(DefaultIncidentEscalateAfter), *got["T-old"].EscalatesAt, time.Millisecond)
+	require.False(t, got["T-new"].Escalated)
+	require.Nil(t, got["T-done"].EscalatesAt, "a resolved incident does not escalate")
+	require.False(t, got["T-done"].Escalated)
+
+	got = list(Env{IncidentOwner: "hotel-oncall", IncidentEscalateAfter: time.Hour})
+	require.Equal(t, "hotel-oncall", got["T-new"].Owner)
+	require.False(t, got["T-old"].Escalated, "45 minutes open: not past an hour")
 }

@@ -3,12 +3,15 @@ package app
 import (
 	"encoding/json"
 	"net/http"
+	"time"
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/saga"
 )
 
-// HandleOps serves the step log for operators: GET /incidents and
+// HandleOps serves the step log for operators: GET /incidents (each
+// with its owner, and when an open one escalates: see [Env.Owner],
+// [Env.EscalateAfter]) and
 // GET /steps/{trip_id}, as JSON {"items":[...]}, and GET
 // /operator/{trip_id}: the operators' actions this service carried out for
 // the trip, with what each did ({"items":[saga.OperatorEntry...]}), and
@@ -23,6 +26,20 @@ func (p *Process) HandleOps() {
 		if err != nil {
 			WriteError(w, r, p.Log, "incidents", err)
 			return
+		}
+		var now time.Time // the database's clock, as the gauges
+		if err := p.Pool.QueryRow(r.Context(), `SELECT now()`).Scan(&now); err != nil {
+			WriteError(w, r, p.Log, "incidents", err)
+			return
+		}
+		owner, after := p.Env.Owner(p.Name), p.Env.EscalateAfter()
+		for i := range items {
+			in := &items[i]
+			in.Owner = owner
+			if in.ResolvedAt == nil {
+				at := in.RaisedAt.Add(after)
+				in.EscalatesAt, in.Escalated = &at, !now.Before(at)
+			}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"items": items})

@@ -23,7 +23,13 @@ var (
 	descOutboxOldest = prometheus.NewDesc("tripsaga_outbox_oldest_pending_age_seconds",
 		"Age of the oldest outbox event waiting to be published (0 when none waits).", nil, nil)
 	descIncidentsOpen = prometheus.NewDesc("tripsaga_incidents_open",
-		"Incidents raised for a person and not resolved, by step and kind.", []string{"step", "kind"}, nil)
+		"Incidents raised for a person and not resolved, by step and kind, with who owns them (INCIDENT_OWNER).", []string{"step", "kind", "owner"}, nil)
+	descIncidentsEscalated = prometheus.NewDesc("tripsaga_incidents_escalated",
+		"Open incidents older than INCIDENT_ESCALATE_AFTER_MS (default 30 minutes): escalated past their owner.", []string{"step", "kind", "owner"}, nil)
+	descStepsOpen = prometheus.NewDesc("tripsaga_steps_open",
+		"Steps whose outcome is unknown (state=unknown: asked again by key until the deadline) or whose undo is under way (state=compensating), by step.", []string{"step", "state"}, nil)
+	descStepsOldest = prometheus.NewDesc("tripsaga_steps_oldest_open_age_seconds",
+		"Age of the oldest step in that state, since it entered it (the database's clock; 0 when none).", []string{"step", "state"}, nil)
 	descConsumerPending = prometheus.NewDesc("tripsaga_inbox_consumer_pending",
 		"Events of the stream the inbox's durable consumer has not been delivered yet (its lag).", []string{"consumer", "stream"}, nil)
 	descConsumerAckPending = prometheus.NewDesc("tripsaga_inbox_consumer_ack_pending",
@@ -40,6 +46,10 @@ var (
 // none is open so that a dashboard shows them.
 var incidentKinds = []string{"compensation_stuck", "forward_stuck", "forward_refused"} //nolint:gochecknoglobals // read-only
 
+// openStates are the step states the step gauges count, exported at 0
+// when no step is in them.
+var openStates = []string{"unknown", "compensating"} //nolint:gochecknoglobals // read-only
+
 // StateCollector exports what a service's own state says now: the relay's
 // backlog, the open incidents, the lag of its durable consumers and its
 // dead letters. It reads them at each scrape (a few small queries and
@@ -52,18 +62,23 @@ type StateCollector struct {
 	// added to them.
 	Consumers []string
 	Timeout   time.Duration // default 2 s
+	// Owner labels the incident gauges (INCIDENT_OWNER, see [Env.Owner]);
+	// an open incident older than EscalateAfter is counted escalated.
+	Owner         string
+	EscalateAfter time.Duration
 }
 
 // ExportState registers a [StateCollector] of the process (its pool, its
 // JetStream and consumer) on its registry.
 func (p *Process) ExportState(consumers ...string) error {
-	return p.Registry.Register(&StateCollector{Pool: p.Pool, JS: p.JS, Consumers: consumers})
+	return p.Registry.Register(&StateCollector{Pool: p.Pool, JS: p.JS, Consumers: consumers,
+		Owner: p.Env.Owner(p.Name), EscalateAfter: p.Env.EscalateAfter()})
 }
 
 // Describe implements prometheus.Collector.
 func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descOutboxPending, descOutboxOldest, descIncidentsOpen,
-		descConsumerPending, descConsumerAckPending, descConsumerOldest, descDeadLetters, descStateUp} {
+	for _, d := range []*prometheus.Desc{descOutboxPending, descOutboxOldest, descIncidentsOpen, descIncidentsEscalated,
+		descStepsOpen, descStepsOldest, descConsumerPending, descConsumerAckPending, descConsumerOldest, descDeadLetters, descStateUp} {
 		ch <- d
 	}
 }
@@ -98,30 +113,80 @@ func (c *StateCollector) collectTables(ctx context.Context, ch chan<- prometheus
 	ch <- prometheus.MustNewConstMetric(descOutboxPending, prometheus.GaugeValue, float64(pending))
 	ch <- prometheus.MustNewConstMetric(descOutboxOldest, prometheus.GaugeValue, max(oldest, 0))
 
-	rows, err := c.Pool.Query(ctx, `SELECT step, kind, count(*) FROM incidents WHERE resolved_at IS NULL GROUP BY step, kind`)
+	escalate := c.EscalateAfter
+	if escalate <= 0 {
+		escalate = DefaultIncidentEscalateAfter
+	}
+	rows, err := c.Pool.Query(ctx, `SELECT step, kind, count(*),
+			count(*) FILTER (WHERE raised_at + $1::bigint * interval '1 millisecond' <= now())
+		FROM incidents WHERE resolved_at IS NULL GROUP BY step, kind`, escalate.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("incidents: %w", err)
 	}
 	defer rows.Close()
 	type sk struct{ step, kind string }
-	open := map[sk]int64{}
+	open, escalated := map[sk]int64{}, map[sk]int64{}
 	for rows.Next() {
 		var k sk
-		var n int64
-		if err := rows.Scan(&k.step, &k.kind, &n); err != nil {
+		var n, e int64
+		if err := rows.Scan(&k.step, &k.kind, &n, &e); err != nil {
 			return fmt.Errorf("incidents: %w", err)
 		}
-		open[k] = n
+		open[k], escalated[k] = n, e
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("incidents: %w", err)
 	}
 	for k, n := range open {
-		ch <- prometheus.MustNewConstMetric(descIncidentsOpen, prometheus.GaugeValue, float64(n), k.step, k.kind)
+		ch <- prometheus.MustNewConstMetric(descIncidentsOpen, prometheus.GaugeValue, float64(n), k.step, k.kind, c.Owner)
+		ch <- prometheus.MustNewConstMetric(descIncidentsEscalated, prometheus.GaugeValue, float64(escalated[k]), k.step, k.kind, c.Owner)
 	}
 	if len(open) == 0 {
 		for _, kind := range incidentKinds {
-			ch <- prometheus.MustNewConstMetric(descIncidentsOpen, prometheus.GaugeValue, 0, "", kind)
+			ch <- prometheus.MustNewConstMetric(descIncidentsOpen, prometheus.GaugeValue, 0, "", kind, c.Owner)
+			ch <- prometheus.MustNewConstMetric(descIncidentsEscalated, prometheus.GaugeValue, 0, "", kind, c.Owner)
+		}
+	}
+	rows.Close()
+	return c.collectSteps(ctx, ch)
+}
+
+// collectSteps exports the steps in an unknown outcome and in
+// compensation, and the age of the oldest of each, per step (from
+// steps.status_since; a schema without a step log exports none).
+func (c *StateCollector) collectSteps(ctx context.Context, ch chan<- prometheus.Metric) error {
+	var hasSteps bool
+	if err := c.Pool.QueryRow(ctx, `SELECT to_regclass('steps') IS NOT NULL`).Scan(&hasSteps); err != nil {
+		return fmt.Errorf("steps: %w", err)
+	}
+	if !hasSteps {
+		return nil
+	}
+	rows, err := c.Pool.Query(ctx, `SELECT step, status, count(*), EXTRACT(EPOCH FROM now() - min(status_since))::float8
+		FROM steps WHERE status = ANY($1) GROUP BY step, status`, openStates)
+	if err != nil {
+		return fmt.Errorf("steps: %w", err)
+	}
+	defer rows.Close()
+	seen := map[string]bool{}
+	for rows.Next() {
+		var step, state string
+		var n int64
+		var age float64
+		if err := rows.Scan(&step, &state, &n, &age); err != nil {
+			return fmt.Errorf("steps: %w", err)
+		}
+		seen[state] = true
+		ch <- prometheus.MustNewConstMetric(descStepsOpen, prometheus.GaugeValue, float64(n), step, state)
+		ch <- prometheus.MustNewConstMetric(descStepsOldest, prometheus.GaugeValue, max(age, 0), step, state)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("steps: %w", err)
+	}
+	for _, state := range openStates {
+		if !seen[state] {
+			ch <- prometheus.MustNewConstMetric(descStepsOpen, prometheus.GaugeValue, 0, "", state)
+			ch <- prometheus.MustNewConstMetric(descStepsOldest, prometheus.GaugeValue, 0, "", state)
 		}
 	}
 	return nil

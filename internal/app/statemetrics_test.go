@@ -118,3 +118,72 @@ func TestStateCollector(t *testing.T) {
 	v, _ = gauge(t, reg, "tripsaga_state_scrape_ok", nil)
 	require.Equal(t, 1.0, v)
 }
+
+// TestStepAndEscalationGauges (issue 22 item 7): the steps whose outcome
+// is unknown and those in compensation are counted per step with the age
+// of the oldest since it entered that state, stamped by the database
+// (steps.status_since); open incidents carry their owner, and those older
+// than the escalation limit are counted escalated.
+func TestStepAndEscalationGauges(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := testenv.SchemaPool(t, "svcsteps", tripsql.SetSaga)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(&StateCollector{Pool: pool, Owner: "payments-oncall", EscalateAfter: 10 * time.Minute}))
+
+	for _, state := range []string{"unknown", "compensating"} {
+		v, ok := gauge(t, reg, "tripsaga_steps_open", map[string]string{"state": state})
+		require.True(t, ok, "exported at 0 when no step is %s", state)
+		require.Zero(t, v)
+	}
+
+	insert := func(trip, status string) {
+		t.Helper()
+		_, err := pool.Exec(ctx, `INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at)
+			VALUES ($1, 'charge', $1 || ':charge', '{}', '', '{}', $2, now())`, trip, status)
+		require.NoError(t, err)
+	}
+	insert("T-a", "done")
+	insert("T-b", "unknown")
+	insert("T-c", "compensating")
+	insert("T-d", "compensating")
+	// The trigger stamps status_since on insert and on every change of
+	// status, never on other updates.
+	var changed bool
+	require.NoError(t, pool.QueryRow(ctx, `WITH before AS (SELECT status_since FROM steps WHERE trip_id = 'T-b')
+		UPDATE steps SET attempts = attempts + 1 WHERE trip_id = 'T-b'
+		RETURNING status_since <> (SELECT status_since FROM before)`).Scan(&changed))
+	require.False(t, changed, "an update that keeps the status keeps status_since")
+	// Age the rows (the trigger off): the oldest compensation began 20
+	// minutes ago, the unknown outcome 3 minutes ago, T-a finished a day ago.
+	_, err := pool.Exec(ctx, `ALTER TABLE steps DISABLE TRIGGER steps_status_since;
+		UPDATE steps SET status_since = now() - interval '20 minutes' WHERE trip_id = 'T-c';
+		UPDATE steps SET status_since = now() - interval '3 minutes' WHERE trip_id = 'T-b';
+		UPDATE steps SET status_since = now() - interval '1 day' WHERE trip_id = 'T-a';
+		ALTER TABLE steps ENABLE TRIGGER steps_status_since`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE steps SET status = 'compensating' WHERE trip_id = 'T-a'`)
+	require.NoError(t, err)
+	var fresh bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT status_since > now() - interval '1 minute' FROM steps WHERE trip_id = 'T-a'`).Scan(&fresh))
+	require.True(t, fresh, "a change of status is stamped")
+
+	v, _ := gauge(t, reg, "tripsaga_steps_open", map[string]string{"step": "charge", "state": "compensating"})
+	require.Equal(t, 3.0, v)
+	v, _ = gauge(t, reg, "tripsaga_steps_open", map[string]string{"step": "charge", "state": "unknown"})
+	require.Equal(t, 1.0, v)
+	v, _ = gauge(t, reg, "tripsaga_steps_oldest_open_age_seconds", map[string]string{"step": "charge", "state": "compensating"})
+	require.InDelta(t, 1200, v, 60)
+	v, _ = gauge(t, reg, "tripsaga_steps_oldest_open_age_seconds", map[string]string{"step": "charge", "state": "unknown"})
+	require.InDelta(t, 180, v, 60)
+
+	// Two open incidents, one raised 15 minutes ago (past the 10 minutes).
+	_, err = pool.Exec(ctx, `INSERT INTO incidents (trip_id, step, kind, attempts, last_error, raised_at) VALUES
+		('T-c', 'charge', 'compensation_stuck', 5, 'refund: 503', now() - interval '15 minutes'),
+		('T-d', 'charge', 'compensation_stuck', 5, 'refund: 503', now())`)
+	require.NoError(t, err)
+	labels := map[string]string{"step": "charge", "kind": "compensation_stuck", "owner": "payments-oncall"}
+	v, _ = gauge(t, reg, "tripsaga_incidents_open", labels)
+	require.Equal(t, 2.0, v)
+	v, _ = gauge(t, reg, "tripsaga_incidents_escalated", labels)
+	require.Equal(t, 1.0, v)
+}

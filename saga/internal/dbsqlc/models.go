@@ -102,6 +102,7 @@ type Step struct {
 	Owner          *int32
 	Traceparent    *string
 	Tracestate     *string
+	StatusSince    time.Time
 }
 
 type TripPause struct {

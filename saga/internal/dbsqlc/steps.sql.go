@@ -11,7 +11,7 @@ import (
 )
 
 const stepClaimDue = `-- name: StepClaimDue :many
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate FROM steps
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since FROM steps
 WHERE status IN ('pending', 'started', 'unknown', 'compensating')
   AND next_attempt_at <= now()
   AND step = $1
@@ -66,6 +66,7 @@ func (q *Queries) StepClaimDue(ctx context.Context, db DBTX, arg StepClaimDuePar
 			&i.Owner,
 			&i.Traceparent,
 			&i.Tracestate,
+			&i.StatusSince,
 		); err != nil {
 			return nil, err
 		}
@@ -78,7 +79,7 @@ func (q *Queries) StepClaimDue(ctx context.Context, db DBTX, arg StepClaimDuePar
 }
 
 const stepClaimVerify = `-- name: StepClaimVerify :many
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate FROM steps
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since FROM steps
 WHERE verify_at IS NOT NULL AND verify_at <= now() AND step = $1
 ORDER BY verify_at
 LIMIT $2
@@ -126,6 +127,7 @@ func (q *Queries) StepClaimVerify(ctx context.Context, db DBTX, arg StepClaimVer
 			&i.Owner,
 			&i.Traceparent,
 			&i.Tracestate,
+			&i.StatusSince,
 		); err != nil {
 			return nil, err
 		}
@@ -168,7 +170,7 @@ func (q *Queries) StepCountByStatus(ctx context.Context, db DBTX) ([]StepCountBy
 }
 
 const stepGetByTripAndName = `-- name: StepGetByTripAndName :one
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate FROM steps WHERE trip_id = $1 AND step = $2
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since FROM steps WHERE trip_id = $1 AND step = $2
 `
 
 type StepGetByTripAndNameParams struct {
@@ -205,12 +207,13 @@ func (q *Queries) StepGetByTripAndName(ctx context.Context, db DBTX, arg StepGet
 		&i.Owner,
 		&i.Traceparent,
 		&i.Tracestate,
+		&i.StatusSince,
 	)
 	return i, err
 }
 
 const stepGetForUpdate = `-- name: StepGetForUpdate :one
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate FROM steps WHERE trip_id = $1 AND step = $2 FOR UPDATE
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since FROM steps WHERE trip_id = $1 AND step = $2 FOR UPDATE
 `
 
 type StepGetForUpdateParams struct {
@@ -247,6 +250,7 @@ func (q *Queries) StepGetForUpdate(ctx context.Context, db DBTX, arg StepGetForU
 		&i.Owner,
 		&i.Traceparent,
 		&i.Tracestate,
+		&i.StatusSince,
 	)
 	return i, err
 }
@@ -298,7 +302,7 @@ INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, s
 VALUES ($1, $2, $3, $4, $5, $6, 'started', $7,
         1, now(), $8, $9::int, $10::text, $11::text)
 ON CONFLICT (trip_id, step) DO NOTHING
-RETURNING trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate
+RETURNING trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since
 `
 
 type StepInsertStartedParams struct {
@@ -361,6 +365,7 @@ func (q *Queries) StepInsertStarted(ctx context.Context, db DBTX, arg StepInsert
 		&i.Owner,
 		&i.Traceparent,
 		&i.Tracestate,
+		&i.StatusSince,
 	)
 	return i, err
 }
@@ -390,7 +395,7 @@ func (q *Queries) StepInsertVoided(ctx context.Context, db DBTX, arg StepInsertV
 }
 
 const stepListByTrip = `-- name: StepListByTrip :many
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate FROM steps WHERE trip_id = $1 ORDER BY created_at
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since FROM steps WHERE trip_id = $1 ORDER BY created_at
 `
 
 func (q *Queries) StepListByTrip(ctx context.Context, db DBTX, tripID string) ([]Step, error) {
@@ -428,6 +433,7 @@ func (q *Queries) StepListByTrip(ctx context.Context, db DBTX, tripID string) ([
 			&i.Owner,
 			&i.Traceparent,
 			&i.Tracestate,
+			&i.StatusSince,
 		); err != nil {
 			return nil, err
 		}

@@ -104,6 +104,7 @@ type Step struct {
 	Owner          *int32
 	Traceparent    *string
 	Tracestate     *string
+	StatusSince    time.Time
 }
 
 type Trip struct {
