@@ -457,9 +457,14 @@ func (in *Inbox) ensure(ctx context.Context) (jetstream.Consumer, error) {
 		return nil, fmt.Errorf("inbox %s: consumer on %s: %w", in.cfg.Name, in.cfg.Stream, err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	pos, st, err := in.checkStream(ctx, tx)
+	pos, st, why, err := in.checkStream(ctx, tx)
 	if err != nil {
 		return nil, fmt.Errorf("inbox %s: consumer on %s: %w", in.cfg.Name, in.cfg.Stream, err)
+	}
+	if why != "" {
+		// What this process saw counts on the old stream.
+		in.floor.Store(0)
+		in.lastSeq.Store(0)
 	}
 	cons, err := in.ensureConsumer(ctx, pos)
 	if err != nil {
@@ -472,6 +477,16 @@ func (in *Inbox) ensure(ctx context.Context) (jetstream.Consumer, error) {
 	}
 	in.streamCreated.Store(st.Created.Truncate(time.Microsecond).UnixMicro())
 	in.lastSeq.Store(st.State.LastSeq)
+	// Counted once per new stream in this process: by Run when the watch
+	// noticed it, here when ensure did.
+	if noticed := in.noticed.Swap(false); why != "" {
+		if !noticed {
+			in.cfg.Metrics.incLost(in.cfg.Name, in.cfg.Stream, LostStreamReplaced)
+		}
+		in.cfg.Logger.Error("inbox: the stream is not the one the inbox's position counts on; reading it from its first message (the inbox drops what it handled already)",
+			"consumer", in.cfg.Name, "stream", in.cfg.Stream, "reason", LostStreamReplaced, "detail", why,
+			"first_seq", st.State.FirstSeq, "last_seq", st.State.LastSeq)
+	}
 	return cons, nil
 }
 
@@ -634,38 +649,28 @@ func (in *Inbox) judge(st *jetstream.StreamInfo, row streamRow) (pos uint64, why
 // on (see [Inbox.judge]), and records the stream in the row: its creation
 // time and first and last sequences, and, when it is another stream, a
 // position of 0, so that the consumer reads it from its first message (the
-// inbox table drops the events handled already). That is logged at error
-// level and counted (tripsaga_inbox_consumer_lost_total, reason
-// stream_replaced). It returns the position on the stream as it is, and
-// the stream's info.
-func (in *Inbox) checkStream(ctx context.Context, tx pgx.Tx) (uint64, *jetstream.StreamInfo, error) {
+// inbox table drops the events handled already); ensure logs that at error
+// level and counts it (tripsaga_inbox_consumer_lost_total, reason
+// stream_replaced) once tx commits. It returns the position on the stream
+// as it is, the stream's info, and why it is another stream ("" if not).
+func (in *Inbox) checkStream(ctx context.Context, tx pgx.Tx) (uint64, *jetstream.StreamInfo, string, error) {
 	st, err := in.readStream(ctx)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, "", err
 	}
 	key := dbsqlc.InboxPositionEnsureParams{Consumer: in.cfg.Name, Stream: in.cfg.Stream}
 	if err := queries.InboxPositionEnsure(ctx, tx, key); err != nil {
-		return 0, nil, fmt.Errorf("inbox position: %w", err)
+		return 0, nil, "", fmt.Errorf("inbox position: %w", err)
 	}
 	row, err := queries.InboxStreamLock(ctx, tx, dbsqlc.InboxStreamLockParams(key))
 	if err != nil {
-		return 0, nil, fmt.Errorf("inbox position: %w", err)
+		return 0, nil, "", fmt.Errorf("inbox position: %w", err)
 	}
-	log := in.cfg.Logger.With("consumer", in.cfg.Name, "stream", in.cfg.Stream)
 	pos, why := in.judge(st, row)
-	noticed := in.noticed.Swap(false)
-	if why != "" {
-		if !noticed {
-			in.cfg.Metrics.incLost(in.cfg.Name, in.cfg.Stream, LostStreamReplaced)
-		}
-		log.Error("inbox: the stream is not the one the inbox's position counts on; reading it from its first message (the inbox drops what it handled already)",
-			"reason", LostStreamReplaced, "detail", why, "first_seq", st.State.FirstSeq, "last_seq", st.State.LastSeq)
-		in.floor.Store(0)
-		in.lastSeq.Store(0)
-	} else if pos > 0 && st.State.FirstSeq > pos+1 && uint64(max(row.FirstSeq, 0)) != st.State.FirstSeq {
+	if why == "" && pos > 0 && st.State.FirstSeq > pos+1 && uint64(max(row.FirstSeq, 0)) != st.State.FirstSeq {
 		// Purged, or aged out by the stream's limits, before this
 		// consumer read them: nothing of it can be read again.
-		log.Warn("inbox: the stream's first message is past the inbox's position: the messages between were removed (purged, or aged out) before this consumer read them",
+		in.cfg.Logger.With("consumer", in.cfg.Name, "stream", in.cfg.Stream).Warn("inbox: the stream's first message is past the inbox's position: the messages between were removed (purged, or aged out) before this consumer read them",
 			"position", pos, "first_seq", st.State.FirstSeq)
 	}
 	created := st.Created.Truncate(time.Microsecond)
@@ -678,9 +683,9 @@ func (in *Inbox) checkStream(ctx context.Context, tx pgx.Tx) (uint64, *jetstream
 		FirstSeq: int64(st.State.FirstSeq), LastSeq: int64(last),
 	})
 	if err != nil {
-		return 0, nil, fmt.Errorf("inbox position: %w", err)
+		return 0, nil, "", fmt.Errorf("inbox position: %w", err)
 	}
-	return pos, st, nil
+	return pos, st, why, nil
 }
 
 // StartSeq is the stream sequence a missing durable consumer would be
