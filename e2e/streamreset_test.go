@@ -20,6 +20,8 @@ import (
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/demo"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/internal/replay"
+	"github.com/tripsaga/tripsaga/internal/stack"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/provider"
 )
@@ -150,9 +152,35 @@ func TestStreamDeletedAndMadeAgain(t *testing.T) {
 	b, err := os.ReadFile(sys.LogPath("car"))
 	require.NoError(t, err)
 	require.Contains(t, string(b), `level=ERROR msg="inbox: the stream is not the one the inbox's position counts on`)
+	// Only PAYMENT was made again: no other stream is taken for a new one.
+	for _, p := range stack.Services {
+		b, err := os.ReadFile(sys.LogPath(p))
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "the stream is not the one") {
+				require.Contains(t, line, "stream="+events.StreamPayment, "%s: %s", p, line)
+			}
+		}
+	}
 
 	// The replay from #1 delivers from #1, and its count is the server's.
 	settled(t, trips)
+	// Every consumer of PAYMENT made again on the new stream (a running
+	// service's inbox retries while the stream is missing) and idle, so
+	// the snapshot is the settled world.
+	for _, c := range replay.Consumers(events.Selected()) {
+		if events.Selected().Streams(events.Selected().Consumes(c))[events.StreamPayment] == nil {
+			continue
+		}
+		testenv.Eventually(t, func() bool {
+			cons, err := js.Consumer(ctx, events.StreamPayment, c)
+			if err != nil {
+				return false
+			}
+			ci, err := cons.Info(ctx)
+			return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.Config.DeliverPolicy == jetstream.DeliverAllPolicy
+		}, "%s reads the new PAYMENT from its start and is idle", c)
+	}
 	testenv.Eventually(t, func() bool { return idle(t, js) }, "every consumer idle")
 	before := snapshot(t, trips)
 	var res struct {
