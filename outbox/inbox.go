@@ -175,6 +175,12 @@ const (
 	// LostStopped: the client stopped consuming by itself (a bad request
 	// answer, the connection closed).
 	LostStopped = "stopped"
+	// LostStreamReplaced: the stream is not the one the inbox's position
+	// counts on: it was deleted and made again (another creation time), or
+	// restored from an older store (its last sequence went back). The
+	// consumer reads the new stream from its first message; the inbox table
+	// drops the events it handled already.
+	LostStreamReplaced = "stream_replaced"
 )
 
 // NewInboxMetrics registers the inbox counters on reg:
@@ -269,6 +275,15 @@ type Inbox struct {
 	// stored tells whether inbox_position holds it.
 	floor  atomic.Uint64
 	stored atomic.Bool
+	// streamCreated is the creation time (unix µs, PostgreSQL's precision)
+	// of the stream that floor counts on, and lastSeq the highest last
+	// sequence seen on it: a stream with another creation time, or whose
+	// last sequence is below lastSeq, is another stream.
+	streamCreated atomic.Int64
+	lastSeq       atomic.Uint64
+	// noticed: the watch reported LostStreamReplaced (and Run counted it),
+	// so ensure does not count that stream a second time.
+	noticed atomic.Bool
 }
 
 // ErrStalled is returned by [Inbox.Check] when the consumer has messages
@@ -422,11 +437,62 @@ func (in *Inbox) consumerConfig() jetstream.ConsumerConfig {
 	}
 }
 
-// ensure returns the durable consumer, ready to consume: an existing one is
-// updated keeping its start (which the server does not let change), unless
-// that start would skip events after the inbox's position, in which case
-// it is deleted; a missing one is created from [Inbox.StartSeq].
+// ensure returns the durable consumer, ready to consume. It first checks
+// that the stream is the one the inbox's position counts on (see
+// [Inbox.checkStream]; on another stream the position is 0). Then an
+// existing consumer is updated keeping its start (which the server does
+// not let change), unless that start would skip events after the
+// position, in which case it is deleted; a missing one is created from one
+// past the position (all of the stream when it is 0).
+//
+// All of it runs while this consumer's inbox_position row is locked in
+// PostgreSQL: the replicas of a service share the consumer, and one that
+// finds the stream replaced must not have its new consumer deleted, or an
+// old position recorded over its decision, by another doing the same at
+// once. The second to come sees the stream recorded and takes up the
+// consumer the first made.
 func (in *Inbox) ensure(ctx context.Context) (jetstream.Consumer, error) {
+	tx, err := in.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("inbox %s: consumer on %s: %w", in.cfg.Name, in.cfg.Stream, err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	pos, st, why, err := in.checkStream(ctx, tx)
+	if err != nil {
+		return nil, fmt.Errorf("inbox %s: consumer on %s: %w", in.cfg.Name, in.cfg.Stream, err)
+	}
+	if why != "" {
+		// What this process saw counts on the old stream.
+		in.floor.Store(0)
+		in.lastSeq.Store(0)
+	}
+	cons, err := in.ensureConsumer(ctx, pos)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		// Not recorded: the next ensure finds the stream new again and
+		// takes up the consumer made from its start, or makes it again.
+		return nil, fmt.Errorf("inbox %s: consumer on %s: record the stream: %w", in.cfg.Name, in.cfg.Stream, err)
+	}
+	in.streamCreated.Store(st.Created.Truncate(time.Microsecond).UnixMicro())
+	in.lastSeq.Store(st.State.LastSeq)
+	// Counted once per new stream in this process: by Run when the watch
+	// noticed it, here when ensure did.
+	if noticed := in.noticed.Swap(false); why != "" {
+		if !noticed {
+			in.cfg.Metrics.incLost(in.cfg.Name, in.cfg.Stream, LostStreamReplaced)
+		}
+		in.cfg.Logger.Error("inbox: the stream is not the one the inbox's position counts on; reading it from its first message (the inbox drops what it handled already)",
+			"consumer", in.cfg.Name, "stream", in.cfg.Stream, "reason", LostStreamReplaced, "detail", why,
+			"first_seq", st.State.FirstSeq, "last_seq", st.State.LastSeq)
+	}
+	return cons, nil
+}
+
+// ensureConsumer is ensure's part on the server, pos the inbox's position
+// on the stream as it is now.
+func (in *Inbox) ensureConsumer(ctx context.Context, pos uint64) (jetstream.Consumer, error) {
 	js, stream, name := in.cfg.JetStream, in.cfg.Stream, in.cfg.Name
 	var lastErr error
 	for range 3 {
@@ -435,10 +501,6 @@ func (in *Inbox) ensure(ctx context.Context) (jetstream.Consumer, error) {
 		switch {
 		case err == nil:
 			ci := cur.CachedInfo().Config
-			pos, perr := in.position(ctx)
-			if perr != nil {
-				return nil, fmt.Errorf("inbox %s: consumer on %s: %w", name, stream, perr)
-			}
 			if skips(ci, pos) {
 				in.cfg.Logger.Error("inbox: durable consumer starts after the inbox's position; deleting it to recreate it",
 					"consumer", name, "stream", stream, "deliver_policy", ci.DeliverPolicy.String(), "start_seq", ci.OptStartSeq, "position", pos)
@@ -470,11 +532,7 @@ func (in *Inbox) ensure(ctx context.Context) (jetstream.Consumer, error) {
 			in.adopt(cons)
 			return cons, nil
 		case errors.Is(err, jetstream.ErrConsumerNotFound):
-			start, err := in.StartSeq(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("inbox %s: consumer on %s: %w", name, stream, err)
-			}
-			if start > 1 {
+			if start := pos + 1; start > 1 {
 				cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
 			}
 			cons, err := js.CreateConsumer(ctx, stream, cfg)
@@ -539,46 +597,120 @@ func (in *Inbox) adopt(cons jetstream.Consumer) {
 	in.cons.Store(&cons)
 }
 
-// position is the ack floor last seen, from this process's watch or from
-// inbox_position (the larger): every event of the stream up to it was
-// acked, so handled or parked, by a consumer that started no later than
-// the position before it.
-func (in *Inbox) position(ctx context.Context) (uint64, error) {
-	db, err := queries.InboxPositionGet(ctx, in.cfg.Pool, dbsqlc.InboxPositionGetParams{Consumer: in.cfg.Name, Stream: in.cfg.Stream})
-	if err != nil {
-		return 0, fmt.Errorf("inbox position: %w", err)
-	}
-	return max(in.floor.Load(), uint64(max(db, 0))), nil
-}
+// streamRow is what inbox_position records of the consumer's stream.
+type streamRow = dbsqlc.InboxStreamLockRow
 
-// StartSeq is the stream sequence a missing durable consumer is recreated
-// from: one past the inbox's position, its ack floor as last seen by this
-// process or stored in inbox_position. Events are acked out of order by
-// several workers and batches, so the last handled sequence (the inbox
-// table's highest stream_seq) is not safe; the ack floor is, since every
-// event at or below it was acked, and the inbox acks only after its
-// transaction committed or the event was parked. Events after it that were
-// handled already come again and are dropped as duplicates by the inbox
-// table. It returns 0 (deliver all) when no position is known, or when the
-// stream's last sequence is below the position (the stream was restored or
-// recreated): when unsure, start earlier.
-func (in *Inbox) StartSeq(ctx context.Context) (uint64, error) {
-	pos, err := in.position(ctx)
-	if err != nil || pos == 0 {
-		return 0, err
-	}
+// readStream reads the stream's info, with its creation time and first
+// and last sequences. An error wraps jetstream.ErrStreamNotFound when the
+// stream does not exist.
+func (in *Inbox) readStream(ctx context.Context) (*jetstream.StreamInfo, error) {
 	s, err := in.cfg.JetStream.Stream(ctx, in.cfg.Stream)
 	if err != nil {
-		return 0, fmt.Errorf("stream %s: %w", in.cfg.Stream, err)
+		return nil, fmt.Errorf("stream %s: %w", in.cfg.Stream, err)
 	}
-	info, err := s.Info(ctx)
+	return s.CachedInfo(), nil
+}
+
+// judge compares the stream st with what row records of the stream the
+// position counts on, and with what this process saw of it: it returns
+// the inbox's position on st (the ack floor; 0 when unknown or when st is
+// another stream) and, when st is another stream, why.
+//
+// Another stream: one whose creation time differs from the recorded one
+// (deleted and made again: JetStream StreamInfo.Created is set when a
+// stream is created, the same on every replica of a clustered stream, and
+// kept by a server restart and by a restore), or whose last sequence is
+// below the last one seen on it (restored from an older store: sequences
+// never go back on one stream, and a purge keeps them), or, for a row
+// written before the creation time was recorded, below the position.
+// Neither a purge nor messages aged out by the stream's limits is a new
+// stream: the sequences go on and the position stays true.
+func (in *Inbox) judge(st *jetstream.StreamInfo, row streamRow) (pos uint64, why string) {
+	created := st.Created.Truncate(time.Microsecond)
+	pos, last := uint64(max(row.AckFloor, 0)), uint64(max(row.LastSeq, 0))
+	if in.streamCreated.Load() == created.UnixMicro() && (row.StreamCreated == nil || row.StreamCreated.Equal(created)) {
+		// What this process saw counts only on the stream it saw it on.
+		pos, last = max(pos, in.floor.Load()), max(last, in.lastSeq.Load())
+	}
+	switch {
+	case row.StreamCreated != nil && !row.StreamCreated.Equal(created):
+		return 0, fmt.Sprintf("the stream was created %s; the inbox's position %d counts on the stream created %s (deleted and made again?)",
+			created.UTC().Format(time.RFC3339Nano), pos, row.StreamCreated.UTC().Format(time.RFC3339Nano))
+	case st.State.LastSeq < last:
+		return 0, fmt.Sprintf("the stream's last sequence %d is below %d, the last the inbox saw on it (restored from an older store?)", st.State.LastSeq, last)
+	case st.State.LastSeq < pos:
+		return 0, fmt.Sprintf("the stream's last sequence %d is below the inbox's position %d (restored or recreated?)", st.State.LastSeq, pos)
+	}
+	return pos, ""
+}
+
+// checkStream reads the stream and the consumer's inbox_position row,
+// locked in tx, judges whether the stream is the one the position counts
+// on (see [Inbox.judge]), and records the stream in the row: its creation
+// time and first and last sequences, and, when it is another stream, a
+// position of 0, so that the consumer reads it from its first message (the
+// inbox table drops the events handled already); ensure logs that at error
+// level and counts it (tripsaga_inbox_consumer_lost_total, reason
+// stream_replaced) once tx commits. It returns the position on the stream
+// as it is, the stream's info, and why it is another stream ("" if not).
+func (in *Inbox) checkStream(ctx context.Context, tx pgx.Tx) (uint64, *jetstream.StreamInfo, string, error) {
+	st, err := in.readStream(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("stream %s: %w", in.cfg.Stream, err)
+		return 0, nil, "", err
 	}
-	if info.State.LastSeq < pos {
-		in.cfg.Logger.Error("inbox: stream ends before the inbox's position (restored or recreated?); reading it from its start",
-			"consumer", in.cfg.Name, "stream", in.cfg.Stream, "position", pos, "last_seq", info.State.LastSeq)
-		in.floor.Store(0)
+	key := dbsqlc.InboxPositionEnsureParams{Consumer: in.cfg.Name, Stream: in.cfg.Stream}
+	if err := queries.InboxPositionEnsure(ctx, tx, key); err != nil {
+		return 0, nil, "", fmt.Errorf("inbox position: %w", err)
+	}
+	row, err := queries.InboxStreamLock(ctx, tx, dbsqlc.InboxStreamLockParams(key))
+	if err != nil {
+		return 0, nil, "", fmt.Errorf("inbox position: %w", err)
+	}
+	pos, why := in.judge(st, row)
+	if why == "" && pos > 0 && st.State.FirstSeq > pos+1 && uint64(max(row.FirstSeq, 0)) != st.State.FirstSeq {
+		// Purged, or aged out by the stream's limits, before this
+		// consumer read them: nothing of it can be read again.
+		in.cfg.Logger.With("consumer", in.cfg.Name, "stream", in.cfg.Stream).Warn("inbox: the stream's first message is past the inbox's position: the messages between were removed (purged, or aged out) before this consumer read them",
+			"position", pos, "first_seq", st.State.FirstSeq)
+	}
+	created := st.Created.Truncate(time.Microsecond)
+	last := st.State.LastSeq
+	if why == "" {
+		last = max(last, uint64(max(row.LastSeq, 0)))
+	}
+	err = queries.InboxStreamRecord(ctx, tx, dbsqlc.InboxStreamRecordParams{
+		Consumer: in.cfg.Name, Stream: in.cfg.Stream, AckFloor: int64(pos), StreamCreated: &created,
+		FirstSeq: int64(st.State.FirstSeq), LastSeq: int64(last),
+	})
+	if err != nil {
+		return 0, nil, "", fmt.Errorf("inbox position: %w", err)
+	}
+	return pos, st, why, nil
+}
+
+// StartSeq is the stream sequence a missing durable consumer would be
+// recreated from now: one past the inbox's position, its ack floor as last
+// seen by this process or stored in inbox_position. Events are acked out
+// of order by several workers and batches, so the last handled sequence
+// (the inbox table's highest stream_seq) is not safe; the ack floor is,
+// since every event at or below it was acked, and the inbox acks only
+// after its transaction committed or the event was parked. Events after it
+// that were handled already come again and are dropped as duplicates by
+// the inbox table. It returns 0 (deliver all) when no position is known,
+// or when the stream is not the one the position counts on (see
+// [Inbox.judge]: deleted and made again, restored from an older store):
+// when unsure, start earlier. It only reads; ensure decides and records.
+func (in *Inbox) StartSeq(ctx context.Context) (uint64, error) {
+	st, err := in.readStream(ctx)
+	if err != nil {
+		return 0, err
+	}
+	got, err := queries.InboxStreamGet(ctx, in.cfg.Pool, dbsqlc.InboxStreamGetParams{Consumer: in.cfg.Name, Stream: in.cfg.Stream})
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("inbox position: %w", err)
+	}
+	pos, why := in.judge(st, streamRow(got))
+	if why != "" || pos == 0 {
 		return 0, nil
 	}
 	return pos + 1, nil
@@ -698,14 +830,32 @@ func (in *Inbox) consume(ctx context.Context, cons jetstream.Consumer, work chan
 	}
 }
 
-// watch reads the consumer's info: it returns a Lost* reason when the
-// consumer is gone, was replaced or reset, and otherwise records its ack
-// floor (in inbox_position when it moved). An info that cannot be read
-// (NATS unreachable) is no verdict: the client reconnects by itself and
-// Check reports it meanwhile.
+// watch reads the stream's and the consumer's info: it returns a Lost*
+// reason when the stream is not the one the consumer was made on (see
+// [Inbox.judge]), or the consumer is gone, was replaced or reset, and
+// otherwise records its ack floor (in inbox_position when it moved, with
+// the stream it counts on). An info that cannot be read (NATS unreachable)
+// is no verdict: the client reconnects by itself and Check reports it
+// meanwhile.
 func (in *Inbox) watch(ctx context.Context, cons jetstream.Consumer) (reason, detail string) {
 	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	st, err := in.readStream(ictx)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return LostMissing, err.Error()
+	case err != nil:
+		in.cfg.Logger.Debug("inbox: stream info", "consumer", in.cfg.Name, "err", err)
+		return "", ""
+	}
+	if c := st.Created.Truncate(time.Microsecond); c.UnixMicro() != in.streamCreated.Load() {
+		in.noticed.Store(true)
+		return LostStreamReplaced, fmt.Sprintf("the stream was created %s, the consumer's %s", c.UTC().Format(time.RFC3339Nano), time.UnixMicro(in.streamCreated.Load()).UTC().Format(time.RFC3339Nano))
+	}
+	if l := in.lastSeq.Load(); st.State.LastSeq < l {
+		in.noticed.Store(true)
+		return LostStreamReplaced, fmt.Sprintf("the stream's last sequence went back from %d to %d (restored from an older store?)", l, st.State.LastSeq)
+	}
 	info, err := cons.Info(ictx)
 	switch {
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
@@ -719,9 +869,16 @@ func (in *Inbox) watch(ctx context.Context, cons jetstream.Consumer) (reason, de
 		in.floor.Store(info.AckFloor.Stream)
 		return LostReset, fmt.Sprintf("ack floor went back to %d", info.AckFloor.Stream)
 	}
+	// The stream's info was read before the consumer's: its last sequence
+	// is one the floor has not passed.
+	in.lastSeq.Store(max(in.lastSeq.Load(), st.State.LastSeq))
 	if f := info.AckFloor.Stream; f > in.floor.Load() || !in.stored.Load() {
 		in.floor.Store(f)
-		err := queries.InboxPositionSet(ictx, in.cfg.Pool, dbsqlc.InboxPositionSetParams{Consumer: in.cfg.Name, Stream: in.cfg.Stream, AckFloor: int64(f)})
+		created := time.UnixMicro(in.streamCreated.Load())
+		err := queries.InboxPositionSet(ictx, in.cfg.Pool, dbsqlc.InboxPositionSetParams{
+			Consumer: in.cfg.Name, Stream: in.cfg.Stream, AckFloor: int64(f),
+			StreamCreated: &created, FirstSeq: int64(st.State.FirstSeq), LastSeq: int64(in.lastSeq.Load()),
+		})
 		if err != nil {
 			in.cfg.Logger.Debug("inbox: store position", "consumer", in.cfg.Name, "err", err)
 		}

@@ -54,6 +54,11 @@ every event from there again through its inbox, which drops the ones it
 handled already, so no company sees a second effective call and no
 projection counts an event twice. It waits until the consumer has
 acknowledged them all again, with a progress bar, and prints events/s.
+--from-seq N delivers exactly from N to the end, and the count printed is
+what the consumer was given again; the replay is refused, with nothing
+moved on any stream, when a stream no longer holds N (purged, aged out, or
+made again), ends before N, or the consumer starts after N (JetStream
+cannot reset a consumer below its start).
 --trip T and --type K select events: only those are handed to the consumer,
 each as an operator's redrive action on the OPERATOR stream (--operator,
 --reason recorded), which the owning service carries out through the same

@@ -32,7 +32,7 @@ type replayFlags struct {
 }
 
 func (f *replayFlags) register(cmd *cobra.Command) {
-	cmd.Flags().Uint64Var(&f.fromSeq, "from-seq", 0, "re-drive the consumer from this stream sequence")
+	cmd.Flags().Uint64Var(&f.fromSeq, "from-seq", 0, "re-drive the consumer from exactly this stream sequence to the end (refused, with nothing moved, when the stream no longer holds it, ends before it, or the consumer starts after it)")
 	cmd.Flags().StringVar(&f.since, "since", "", "re-drive the consumer from this time (RFC 3339, or a duration ago: 10m)")
 	cmd.Flags().StringVar(&f.stream, "stream", "", "only this stream of the consumer (TRIPS, HOTEL, PAYMENT, CAR, OPERATOR)")
 	cmd.Flags().StringVar(&f.trip, "trip", "", "only the events of this trip")

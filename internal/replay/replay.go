@@ -32,6 +32,14 @@ import (
 // ErrInvalid is wrapped by the errors [Run] returns for a bad [Config].
 var ErrInvalid = errors.New("replay: invalid request")
 
+// ErrRefused is wrapped by the errors [Run] returns when it cannot deliver
+// exactly from the point asked: --from-seq N before a stream's first
+// sequence (the events before it are gone), after its last, or before
+// where the durable consumer starts (JetStream's consumer reset cannot go
+// below a consumer's start: nats-server's resetStartingSeq answers "below
+// start seq"). Nothing was replayed then, on any stream.
+var ErrRefused = errors.New("replay: refused")
+
 // Config is one replay.
 type Config struct {
 	// JetStream reaches the streams. Required.
@@ -47,7 +55,9 @@ type Config struct {
 	// FromSeq or Since is the point to replay from: a stream sequence
 	// (the same on every stream replayed, so mostly with Stream), or a
 	// time (the first event of each stream stored at or after it).
-	// Exactly one is required.
+	// Exactly one is required. A replay delivers every event of the
+	// consumer's from FromSeq to the stream's last, or refuses (an error
+	// wrapping ErrRefused) before it delivers anything: see ErrRefused.
 	FromSeq uint64
 	Since   time.Time
 	// Trip and Type select the events (Type is an event type or its kind,
@@ -65,7 +75,8 @@ type Config struct {
 // StreamResult is what a replay did on one stream.
 type StreamResult struct {
 	Stream string `json:"stream"`
-	// From and To are the first and last sequences replayed.
+	// From and To are the first and last sequences replayed (From is
+	// FromSeq when it was given).
 	From uint64 `json:"from_seq"`
 	To   uint64 `json:"to_seq"`
 	// Events is how many events were (or, in a dry run, would be)
@@ -165,23 +176,33 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		names = []string{cfg.Stream}
 	}
 	start := time.Now()
-	bar := NewBar(cfg.Progress, res.Mode+" "+cfg.Consumer)
+	// Every stream is checked before any is replayed: a refusal leaves
+	// all of them as they were.
+	plans := make([]plan, 0, len(names))
 	for _, name := range names {
+		p, err := prepare(ctx, cfg, name, res.Mode == "reset")
+		if err != nil {
+			return res, err
+		}
+		plans = append(plans, p)
+	}
+	if !slices.ContainsFunc(plans, func(p plan) bool { return !p.sr.NoConsumer }) {
+		return res, fmt.Errorf("replay: %s has no durable consumer on %s: start the service (tripsaga up) first", cfg.Consumer, strings.Join(names, ", "))
+	}
+	bar := NewBar(cfg.Progress, res.Mode+" "+cfg.Consumer)
+	for _, p := range plans {
 		var sr StreamResult
 		var err error
 		if res.Mode == "reset" {
-			sr, err = reset(ctx, cfg, name, bar)
+			sr, err = reset(ctx, cfg, p, bar)
 		} else {
-			sr, err = scan(ctx, cfg, name, streams[name], bar)
+			sr, err = scan(ctx, cfg, p, streams[p.sr.Stream], bar)
 		}
 		if err != nil {
 			return res, err
 		}
 		res.Streams = append(res.Streams, sr)
 		res.Events += sr.Events
-	}
-	if !slices.ContainsFunc(res.Streams, func(s StreamResult) bool { return !s.NoConsumer }) {
-		return res, fmt.Errorf("replay: %s has no durable consumer on %s: start the service (tripsaga up) first", cfg.Consumer, strings.Join(names, ", "))
 	}
 	res.Duration = time.Since(start)
 	if bar != nil {
@@ -238,53 +259,103 @@ func startSeq(ctx context.Context, cfg Config, s jetstream.Stream) (uint64, erro
 	return md.Sequence.Stream, nil
 }
 
-// span sets sr.To to the stream's last sequence and returns the sequence
-// the replay starts from (not before the stream's first), or 0 when
-// nothing is stored from there.
-func span(ctx context.Context, cfg Config, s jetstream.Stream, name string, sr *StreamResult) (uint64, error) {
-	info, err := s.Info(ctx)
+// plan is one stream's replay as prepare checked it.
+type plan struct {
+	s jetstream.Stream
+	// cons is the durable consumer to reset (reset mode, when it exists).
+	cons jetstream.Consumer
+	// sr has Stream, To (the stream's last sequence), From (0: nothing
+	// stored from there) and NoConsumer set.
+	sr StreamResult
+}
+
+// prepare reads stream and, in reset mode, the consumer on it, and finds
+// where the replay starts (sr.From) and ends (sr.To). It refuses (an error
+// wrapping ErrRefused) a FromSeq before the stream's first sequence or
+// after its last (a stream that holds nothing is no refusal when FromSeq
+// is the next sequence it will store: there is nothing to deliver and
+// nothing was skipped), and in reset mode a start the consumer cannot be
+// reset to.
+func prepare(ctx context.Context, cfg Config, name string, resetMode bool) (plan, error) {
+	p := plan{sr: StreamResult{Stream: name}}
+	s, err := cfg.JetStream.Stream(ctx, name)
 	if err != nil {
-		return 0, fmt.Errorf("replay: stream %s: %w", name, err)
+		return p, fmt.Errorf("replay: stream %s: %w", name, err)
+	}
+	p.s = s
+	if resetMode {
+		cons, err := s.Consumer(ctx, cfg.Consumer)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			p.sr.NoConsumer = true
+			return p, nil
+		}
+		if err != nil {
+			return p, fmt.Errorf("replay: consumer %s on %s: %w", cfg.Consumer, name, err)
+		}
+		p.cons = cons
+	}
+	st := s.CachedInfo().State
+	p.sr.To = st.LastSeq
+	if n := cfg.FromSeq; n != 0 {
+		switch {
+		case st.Msgs == 0 && n == st.LastSeq+1:
+			return p, nil // nothing stored, nothing skipped
+		case n < st.FirstSeq:
+			return p, fmt.Errorf("%w: %s holds #%d..#%d: the events before #%d are no longer in it (purged, aged out, or the stream was made again), so the replay cannot start at #%d",
+				ErrRefused, name, st.FirstSeq, st.LastSeq, st.FirstSeq, n)
+		case n > st.LastSeq:
+			hint := ""
+			if cfg.Stream == "" {
+				hint = " (a sequence is per stream: give --stream)"
+			}
+			return p, fmt.Errorf("%w: %s ends at #%d: nothing is stored at #%d%s", ErrRefused, name, st.LastSeq, n, hint)
+		}
 	}
 	from, err := startSeq(ctx, cfg, s)
 	if err != nil {
-		return 0, fmt.Errorf("replay: %s: the point to start from: %w", name, err)
+		return p, fmt.Errorf("replay: %s: the point to start from: %w", name, err)
 	}
-	sr.To = info.State.LastSeq
-	if from == 0 || from > sr.To {
-		return 0, nil
+	if from == 0 || from > st.LastSeq {
+		return p, nil // nothing stored from there (Since)
 	}
-	return max(from, info.State.FirstSeq), nil
+	from = max(from, st.FirstSeq)
+	if p.cons != nil {
+		ci := p.cons.CachedInfo().Config
+		switch ci.DeliverPolicy {
+		case jetstream.DeliverAllPolicy, jetstream.DeliverByStartTimePolicy: // the server checks a start time's
+		case jetstream.DeliverByStartSequencePolicy:
+			if from < ci.OptStartSeq {
+				return p, fmt.Errorf("%w: the consumer %s on %s starts at #%d (deliver_policy by_start_sequence) and JetStream cannot reset a consumer before its start, so it cannot re-deliver from #%d; replay from #%d, or hand the earlier events over as operator actions (--trip or --type, with --reason)",
+					ErrRefused, cfg.Consumer, name, ci.OptStartSeq, from, ci.OptStartSeq)
+			}
+		default:
+			return p, fmt.Errorf("%w: the consumer %s on %s delivers %s and JetStream resets such a consumer only to its ack floor, not to #%d; hand the events over as operator actions (--trip or --type, with --reason)",
+				ErrRefused, cfg.Consumer, name, ci.DeliverPolicy, from)
+		}
+	}
+	p.sr.From = from
+	return p, nil
 }
 
 // reset moves the durable consumer on stream back to the start and waits
-// until it has acknowledged every event from there again.
-func reset(ctx context.Context, cfg Config, name string, bar *progressbar.ProgressBar) (StreamResult, error) {
-	sr := StreamResult{Stream: name}
-	s, err := cfg.JetStream.Stream(ctx, name)
-	if err != nil {
-		return sr, fmt.Errorf("replay: stream %s: %w", name, err)
+// until it has acknowledged every event from there again. The count is the
+// server's: the events matching the consumer's filter from the start to
+// the stream's end, which the reset makes the consumer deliver.
+func reset(ctx context.Context, cfg Config, p plan, bar *progressbar.ProgressBar) (StreamResult, error) {
+	sr, name, cons := p.sr, p.sr.Stream, p.cons
+	if sr.NoConsumer || sr.From == 0 {
+		return sr, nil // or nothing stored from there
 	}
-	cons, err := s.Consumer(ctx, cfg.Consumer)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		sr.NoConsumer = true
-		return sr, nil
+	from := sr.From
+	r, err := p.s.ResetConsumerToSequence(ctx, cfg.Consumer, from)
+	if errors.Is(err, jetstream.ErrConsumerInvalidReset) {
+		return sr, fmt.Errorf("%w: the consumer %s on %s cannot be reset to #%d (it starts later); nothing was re-delivered from %s: %v", ErrRefused, cfg.Consumer, name, from, name, err)
 	}
-	if err != nil {
-		return sr, fmt.Errorf("replay: consumer %s on %s: %w", cfg.Consumer, name, err)
-	}
-	from, err := span(ctx, cfg, s, name, &sr)
-	if err != nil || from == 0 {
-		return sr, err // or nothing stored from there
-	}
-	ci := cons.CachedInfo().Config
-	if ci.DeliverPolicy == jetstream.DeliverByStartSequencePolicy && from < ci.OptStartSeq {
-		from = ci.OptStartSeq // the consumer starts there; it cannot be reset before
-	}
-	sr.From = from
-	r, err := s.ResetConsumerToSequence(ctx, cfg.Consumer, from)
 	if err != nil {
 		return sr, fmt.Errorf("replay: reset %s on %s to %d: %w", cfg.Consumer, name, from, err)
+	}
+	if r.ResetSeq != from {
+		return sr, fmt.Errorf("replay: the server reset %s on %s to #%d, not #%d as asked", cfg.Consumer, name, r.ResetSeq, from)
 	}
 	total := int64(r.NumPending + uint64(r.NumAckPending))
 	sr.Events = int(total)
@@ -318,17 +389,11 @@ func reset(ctx context.Context, cfg Config, name string, bar *progressbar.Progre
 
 // scan reads stream from the start with the consumer's filters and
 // either prints (dry run) or hands over (redrive) the matching events.
-func scan(ctx context.Context, cfg Config, name string, filters []string, bar *progressbar.ProgressBar) (StreamResult, error) {
-	sr := StreamResult{Stream: name}
-	s, err := cfg.JetStream.Stream(ctx, name)
-	if err != nil {
-		return sr, fmt.Errorf("replay: stream %s: %w", name, err)
+func scan(ctx context.Context, cfg Config, p plan, filters []string, bar *progressbar.ProgressBar) (StreamResult, error) {
+	sr, name, s, from := p.sr, p.sr.Stream, p.s, p.sr.From
+	if from == 0 {
+		return sr, nil // nothing stored from there
 	}
-	from, err := span(ctx, cfg, s, name, &sr)
-	if err != nil || from == 0 {
-		return sr, err // or nothing stored from there
-	}
-	sr.From = from
 	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: filters, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
 	})

@@ -92,3 +92,112 @@ func TestResetFromATimeAndDryRun(t *testing.T) {
 	require.Contains(t, bar.String(), "events")
 	require.True(t, idle(), "the consumer acked them again")
 }
+
+// TestFromSeqExactlyOrRefused (issue 17): --from-seq N re-delivers every
+// event of the consumer's from N to the stream's end, and says so, or
+// refuses before it moves anything: N before the stream's first sequence
+// (purged, aged out, or the stream made again), after its last, or before
+// where the consumer starts (JetStream cannot reset a consumer below its
+// start). It never moves the start silently and reports a count it did
+// not deliver.
+func TestFromSeqExactlyOrRefused(t *testing.T) {
+	ctx := context.Background()
+	_, _, js := testenv.JetStream(t)
+	for i := range 6 {
+		publish(t, js, fmt.Sprintf("T-f%d", i))
+	}
+	// The consumer as the old inbox left it on a stream made again: it
+	// starts at #5.
+	cons, err := js.CreateConsumer(ctx, events.StreamTrips, jetstream.ConsumerConfig{
+		Durable: "hotel", FilterSubjects: []string{"trip.requested.>"}, AckPolicy: jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: 5,
+	})
+	require.NoError(t, err)
+	delivered := make(chan uint64, 100)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err == nil {
+			delivered <- md.Sequence.Stream
+		}
+		_ = m.Ack()
+	})
+	require.NoError(t, err)
+	defer cc.Stop()
+	idle := func() bool {
+		ci, err := cons.Info(ctx)
+		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.AckFloor.Stream == 6
+	}
+	testenv.Eventually(t, idle, "the service took #5 and #6")
+	drain := func() []uint64 {
+		var got []uint64
+		for {
+			select {
+			case s := <-delivered:
+				got = append(got, s)
+			default:
+				return got
+			}
+		}
+	}
+	require.Equal(t, []uint64{5, 6}, drain())
+	run := func(from uint64, dry bool) (replay.Result, error) {
+		return replay.Run(ctx, replay.Config{JetStream: js, Consumer: "hotel", Stream: events.StreamTrips, FromSeq: from, DryRun: dry})
+	}
+
+	_, err = run(1, false)
+	require.ErrorIs(t, err, replay.ErrRefused)
+	require.ErrorContains(t, err, "starts at #5")
+	_, err = run(7, false)
+	require.ErrorIs(t, err, replay.ErrRefused)
+	require.ErrorContains(t, err, "ends at #6")
+	_, err = run(7, true)
+	require.ErrorIs(t, err, replay.ErrRefused, "a dry run refuses the same")
+	require.Empty(t, drain(), "a refused replay delivers nothing")
+
+	res, err := run(5, false)
+	require.NoError(t, err)
+	require.Equal(t, []replay.StreamResult{{Stream: events.StreamTrips, From: 5, To: 6, Events: 2}}, res.Streams)
+	testenv.Eventually(t, idle, "acked again")
+	require.ElementsMatch(t, []uint64{5, 6}, drain(), "the 2 it reports are the 2 it delivered")
+
+	// The consumer made again to deliver all (as the inbox now does on a
+	// new stream): from #1 it is all six; after #1..#2 are purged, #1
+	// is refused and #3 is exact.
+	cc.Stop()
+	require.NoError(t, js.DeleteConsumer(ctx, events.StreamTrips, "hotel"))
+	cons, err = js.CreateConsumer(ctx, events.StreamTrips, jetstream.ConsumerConfig{
+		Durable: "hotel", FilterSubjects: []string{"trip.requested.>"}, AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	require.NoError(t, err)
+	cc, err = cons.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err == nil {
+			delivered <- md.Sequence.Stream
+		}
+		_ = m.Ack()
+	})
+	require.NoError(t, err)
+	defer cc.Stop()
+	testenv.Eventually(t, idle, "the new consumer took all six")
+	require.Len(t, drain(), 6)
+	res, err = run(1, false)
+	require.NoError(t, err)
+	require.Equal(t, 6, res.Events)
+	testenv.Eventually(t, idle, "acked again")
+	require.ElementsMatch(t, []uint64{1, 2, 3, 4, 5, 6}, drain())
+
+	s, err := js.Stream(ctx, events.StreamTrips)
+	require.NoError(t, err)
+	require.NoError(t, s.Purge(ctx, jetstream.WithPurgeSequence(3)))
+	_, err = run(1, false)
+	require.ErrorIs(t, err, replay.ErrRefused)
+	require.ErrorContains(t, err, "no longer in it")
+	res, err = run(3, true)
+	require.NoError(t, err)
+	require.Equal(t, 4, res.Events, "a dry run from #3 lists #3..#6")
+	res, err = run(3, false)
+	require.NoError(t, err)
+	require.Equal(t, []replay.StreamResult{{Stream: events.StreamTrips, From: 3, To: 6, Events: 4}}, res.Streams)
+	testenv.Eventually(t, idle, "acked again")
+	require.ElementsMatch(t, []uint64{3, 4, 5, 6}, drain())
+}

@@ -19,10 +19,13 @@ type Inbox struct {
 }
 
 type InboxPosition struct {
-	Consumer  string
-	Stream    string
-	AckFloor  int64
-	UpdatedAt time.Time
+	Consumer      string
+	Stream        string
+	AckFloor      int64
+	UpdatedAt     time.Time
+	StreamCreated *time.Time
+	FirstSeq      int64
+	LastSeq       int64
 }
 
 type Incident struct {

@@ -94,40 +94,149 @@ func (q *Queries) InboxInsertManyIfAbsent(ctx context.Context, db DBTX, arg Inbo
 	return items, nil
 }
 
-const inboxPositionGet = `-- name: InboxPositionGet :one
-SELECT COALESCE((SELECT ack_floor FROM inbox_position
-                 WHERE consumer = $1 AND stream = $2), 0)::bigint
+const inboxPositionEnsure = `-- name: InboxPositionEnsure :exec
+INSERT INTO inbox_position (consumer, stream, ack_floor)
+VALUES ($1, $2, 0)
+ON CONFLICT (consumer, stream) DO NOTHING
 `
 
-type InboxPositionGetParams struct {
+type InboxPositionEnsureParams struct {
 	Consumer string
 	Stream   string
 }
 
-// The stored ack floor of a consumer on a stream, 0 when none is stored.
-func (q *Queries) InboxPositionGet(ctx context.Context, db DBTX, arg InboxPositionGetParams) (int64, error) {
-	row := db.QueryRow(ctx, inboxPositionGet, arg.Consumer, arg.Stream)
-	var column_1 int64
-	err := row.Scan(&column_1)
-	return column_1, err
+// Makes the consumer's row exist (floor 0: nothing known), so that
+// InboxStreamLock has a row to lock.
+func (q *Queries) InboxPositionEnsure(ctx context.Context, db DBTX, arg InboxPositionEnsureParams) error {
+	_, err := db.Exec(ctx, inboxPositionEnsure, arg.Consumer, arg.Stream)
+	return err
 }
 
 const inboxPositionSet = `-- name: InboxPositionSet :exec
-INSERT INTO inbox_position (consumer, stream, ack_floor)
-VALUES ($1, $2, $3)
+INSERT INTO inbox_position (consumer, stream, ack_floor, stream_created, first_seq, last_seq)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (consumer, stream) DO UPDATE
-SET ack_floor = excluded.ack_floor, updated_at = now()
+SET ack_floor = excluded.ack_floor, stream_created = excluded.stream_created,
+    first_seq = excluded.first_seq, last_seq = GREATEST(inbox_position.last_seq, excluded.last_seq),
+    updated_at = now()
+WHERE inbox_position.stream_created IS NULL OR inbox_position.stream_created = excluded.stream_created
 `
 
 type InboxPositionSetParams struct {
-	Consumer string
-	Stream   string
-	AckFloor int64
+	Consumer      string
+	Stream        string
+	AckFloor      int64
+	StreamCreated *time.Time
+	FirstSeq      int64
+	LastSeq       int64
 }
 
-// The consumer's ack floor as the server last reported it.
+// The consumer's ack floor as the server last reported it, with the
+// stream's identity it counts on (see InboxStreamRecord). A row that
+// records another stream (another replica already took up a new one) is
+// left as it is: a floor of the old stream means nothing on the new one.
 func (q *Queries) InboxPositionSet(ctx context.Context, db DBTX, arg InboxPositionSetParams) error {
-	_, err := db.Exec(ctx, inboxPositionSet, arg.Consumer, arg.Stream, arg.AckFloor)
+	_, err := db.Exec(ctx, inboxPositionSet,
+		arg.Consumer,
+		arg.Stream,
+		arg.AckFloor,
+		arg.StreamCreated,
+		arg.FirstSeq,
+		arg.LastSeq,
+	)
+	return err
+}
+
+const inboxStreamGet = `-- name: InboxStreamGet :one
+SELECT ack_floor, stream_created, first_seq, last_seq FROM inbox_position
+WHERE consumer = $1 AND stream = $2
+`
+
+type InboxStreamGetParams struct {
+	Consumer string
+	Stream   string
+}
+
+type InboxStreamGetRow struct {
+	AckFloor      int64
+	StreamCreated *time.Time
+	FirstSeq      int64
+	LastSeq       int64
+}
+
+// The consumer's position and the stream it counts on (no row: none).
+func (q *Queries) InboxStreamGet(ctx context.Context, db DBTX, arg InboxStreamGetParams) (InboxStreamGetRow, error) {
+	row := db.QueryRow(ctx, inboxStreamGet, arg.Consumer, arg.Stream)
+	var i InboxStreamGetRow
+	err := row.Scan(
+		&i.AckFloor,
+		&i.StreamCreated,
+		&i.FirstSeq,
+		&i.LastSeq,
+	)
+	return i, err
+}
+
+const inboxStreamLock = `-- name: InboxStreamLock :one
+SELECT ack_floor, stream_created, first_seq, last_seq FROM inbox_position
+WHERE consumer = $1 AND stream = $2
+FOR UPDATE
+`
+
+type InboxStreamLockParams struct {
+	Consumer string
+	Stream   string
+}
+
+type InboxStreamLockRow struct {
+	AckFloor      int64
+	StreamCreated *time.Time
+	FirstSeq      int64
+	LastSeq       int64
+}
+
+// The consumer's position and the stream it counts on, the row locked
+// until the transaction ends: the replicas of a service decide one after
+// the other whether their stream was replaced.
+func (q *Queries) InboxStreamLock(ctx context.Context, db DBTX, arg InboxStreamLockParams) (InboxStreamLockRow, error) {
+	row := db.QueryRow(ctx, inboxStreamLock, arg.Consumer, arg.Stream)
+	var i InboxStreamLockRow
+	err := row.Scan(
+		&i.AckFloor,
+		&i.StreamCreated,
+		&i.FirstSeq,
+		&i.LastSeq,
+	)
+	return i, err
+}
+
+const inboxStreamRecord = `-- name: InboxStreamRecord :exec
+UPDATE inbox_position
+SET ack_floor = $1, stream_created = $2, first_seq = $3, last_seq = $4, updated_at = now()
+WHERE consumer = $5 AND stream = $6
+`
+
+type InboxStreamRecordParams struct {
+	AckFloor      int64
+	StreamCreated *time.Time
+	FirstSeq      int64
+	LastSeq       int64
+	Consumer      string
+	Stream        string
+}
+
+// Records the stream the consumer's position counts on: its creation time
+// and the first and last sequences seen. ack_floor is set as given (0 when
+// the stream is another one: nothing of it is known to be handled).
+func (q *Queries) InboxStreamRecord(ctx context.Context, db DBTX, arg InboxStreamRecordParams) error {
+	_, err := db.Exec(ctx, inboxStreamRecord,
+		arg.AckFloor,
+		arg.StreamCreated,
+		arg.FirstSeq,
+		arg.LastSeq,
+		arg.Consumer,
+		arg.Stream,
+	)
 	return err
 }
 
