@@ -120,10 +120,12 @@ func (s *system) start(p string) string {
 			t.Logf("==== %s log (tail)\n%s", p, b)
 		}
 	})
-	deadline := time.Now().Add(90 * time.Second)
+	began := time.Now()
+	deadline := began.Add(90 * time.Second)
 	for {
 		code, body := s.readyz(p)
 		if code == http.StatusOK {
+			t.Logf("%s ready %s after its start; /readyz:\n%s", p, time.Since(began).Round(time.Millisecond), body)
 			return body
 		}
 		select {
@@ -193,6 +195,7 @@ func TestStartInAnyOrder(t *testing.T) {
 	require.NoError(t, build.Run())
 
 	t.Run("hotel first, trips last, no reconciler", func(t *testing.T) {
+		t.Parallel()
 		s := newSystem(t, bin)
 		s.start("sim")
 		body := s.start("hotel")
@@ -216,6 +219,7 @@ func TestStartInAnyOrder(t *testing.T) {
 	})
 
 	t.Run("car first, reconciler before hotel, payment last", func(t *testing.T) {
+		t.Parallel()
 		s := newSystem(t, bin)
 		s.start("sim")
 		body := s.start("car")
@@ -229,6 +233,7 @@ func TestStartInAnyOrder(t *testing.T) {
 	})
 
 	t.Run("reconciler first, trips next, hotel last; then OPERATOR is lost", func(t *testing.T) {
+		t.Parallel()
 		s := newSystem(t, bin)
 		s.start("sim")
 		s.start("reconciler")
@@ -236,7 +241,9 @@ func TestStartInAnyOrder(t *testing.T) {
 		s.start("car")
 		s.start("payment")
 		s.start("hotel")
+		booked := time.Now()
 		s.book()
+		t.Logf("five trips booked and judged in %s", time.Since(booked).Round(time.Millisecond))
 		services := []string{"hotel", "payment", "car", "trips", "reconciler"}
 		for _, p := range services {
 			_, body := s.readyz(p)
@@ -251,6 +258,7 @@ func TestStartInAnyOrder(t *testing.T) {
 		require.NoError(t, err)
 		created := st.CachedInfo().Created
 		require.NoError(t, js.DeleteStream(ctx, events.StreamOperator))
+		deleted := time.Now()
 		stayReady := func() {
 			for _, p := range services {
 				code, body := s.readyz(p)
@@ -264,6 +272,8 @@ func TestStartInAnyOrder(t *testing.T) {
 			st, err := js.Stream(ctx, events.StreamOperator)
 			return err == nil && st.CachedInfo().Created.After(created)
 		}, "the reconciler creates the OPERATOR stream again")
+		t.Logf("OPERATOR back %s after its deletion", time.Since(deleted).Round(time.Millisecond))
+		acted := time.Now()
 
 		// An operator's action goes through it and is carried out.
 		trip := s.anyTrip()
@@ -275,6 +285,7 @@ func TestStartInAnyOrder(t *testing.T) {
 			}
 			return getJSON(s.url("hotel")+"/operator/"+trip, &v) == nil && v.Paused
 		}, "hotel carries out the pause through the recreated OPERATOR stream")
+		t.Logf("the pause carried out by hotel %s after it was posted", time.Since(acted).Round(time.Millisecond))
 	})
 }
 
