@@ -98,7 +98,7 @@ func ApplyStreams(ctx context.Context, js jetstream.JetStream, c Catalogue, repl
 	}
 	names = append(names, StreamDeadLetter)
 	slices.Sort(names)
-	return ensureStreamsOf(ctx, js, c, replicas, names, nil)
+	return ApplyStreamsOf(ctx, js, c, replicas, names, nil)
 }
 
 // StreamOwner is the service whose events stream holds, which creates and
@@ -144,13 +144,14 @@ func EnsureServiceStreams(ctx context.Context, js jetstream.JetStream, c Catalog
 // [EnsureStreamsReplicas] does, and creates each of createOnly that is
 // missing, leaving an existing one as it is.
 func EnsureStreamsOf(ctx context.Context, js jetstream.JetStream, c Catalogue, replicas int, names, createOnly []string) error {
-	_, err := ensureStreamsOf(ctx, js, c, replicas, names, createOnly)
+	_, err := ApplyStreamsOf(ctx, js, c, replicas, names, createOnly)
 	return err
 }
 
-// ensureStreamsOf is [EnsureStreamsOf], saying what it did to each stream
-// of names and to each of createOnly it created.
-func ensureStreamsOf(ctx context.Context, js jetstream.JetStream, c Catalogue, replicas int, names, createOnly []string) ([]StreamChange, error) {
+// ApplyStreamsOf is [EnsureStreamsOf], saying what it did to each stream
+// of names and to each of createOnly it created (one another process made
+// meanwhile is left out).
+func ApplyStreamsOf(ctx context.Context, js jetstream.JetStream, c Catalogue, replicas int, names, createOnly []string) ([]StreamChange, error) {
 	subjects := c.StreamSubjects()
 	subjects[StreamDeadLetter] = []string{DeadLetterSubjectPrefix + ".>"}
 	var changes []StreamChange

@@ -416,13 +416,15 @@ func (p *Process) keepStreams(ctx context.Context, replicas int, interval time.D
 			continue
 		}
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := events.EnsureStreamsOf(sctx, p.JS, events.Selected(), replicas, nil, missing)
+		changes, err := events.ApplyStreamsOf(sctx, p.JS, events.Selected(), replicas, nil, missing)
 		cancel()
 		if err != nil {
 			p.Log.Error("streams: lost, and cannot create them again yet; retrying", "streams", missing, "err", err)
 			continue
 		}
-		p.Log.Error("streams: lost (deleted?); created them again, empty", "streams", missing)
+		for _, c := range changes {
+			p.Log.Error("streams: lost (deleted?); created it again, empty", "stream", c.Stream, "replicas", c.Replicas)
+		}
 	}
 }
 
