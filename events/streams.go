@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"time"
@@ -61,11 +62,55 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, c Catalogue) err
 // process started without STREAM_REPLICAS, a tool say, never shrinks a
 // cluster's streams).
 func EnsureStreamsReplicas(ctx context.Context, js jetstream.JetStream, c Catalogue, replicas int) error {
+	_, err := ApplyStreams(ctx, js, c, replicas)
+	return err
+}
+
+// Stream actions of a [StreamChange].
+const (
+	StreamCreated   = "created"
+	StreamUpdated   = "updated"
+	StreamUnchanged = "unchanged"
+)
+
+// StreamChange is what was done to one stream: [StreamCreated],
+// [StreamUpdated] (its configuration differed) or [StreamUnchanged], and
+// the configuration it has now.
+type StreamChange struct {
+	Stream   string   `json:"stream"`
+	Action   string   `json:"action"`
+	Subjects []string `json:"subjects"`
+	Replicas int      `json:"replicas"`
+	// Owner is the service that creates and updates it ([Catalogue.StreamOwner]);
+	// "" for the dead-letter stream, which every consumer creates when missing.
+	Owner string `json:"owner,omitempty"`
+}
+
+// ApplyStreams creates or updates every event stream of c and the
+// dead-letter stream, as [EnsureStreamsReplicas] does, in name order, and
+// says what it did to each. It is idempotent: run again, every stream is
+// unchanged. Only an identity that may create every stream
+// (internal/natsauth's admin) can run it.
+func ApplyStreams(ctx context.Context, js jetstream.JetStream, c Catalogue, replicas int) ([]StreamChange, error) {
 	var names []string
 	for name := range c.StreamSubjects() {
 		names = append(names, name)
 	}
-	return EnsureStreamsOf(ctx, js, c, replicas, append(names, StreamDeadLetter), nil)
+	names = append(names, StreamDeadLetter)
+	slices.Sort(names)
+	return ApplyStreamsOf(ctx, js, c, replicas, names, nil)
+}
+
+// StreamOwner is the service whose events stream holds, which creates and
+// updates it, or "" when no event type of c is on stream (the dead-letter
+// stream, which every consumer creates when missing).
+func (c Catalogue) StreamOwner(stream string) string {
+	for _, t := range c.Types {
+		if t.Stream == stream {
+			return t.Service
+		}
+	}
+	return ""
 }
 
 // OwnedStreams lists, sorted, the streams of c that hold an event type
@@ -99,21 +144,32 @@ func EnsureServiceStreams(ctx context.Context, js jetstream.JetStream, c Catalog
 // [EnsureStreamsReplicas] does, and creates each of createOnly that is
 // missing, leaving an existing one as it is.
 func EnsureStreamsOf(ctx context.Context, js jetstream.JetStream, c Catalogue, replicas int, names, createOnly []string) error {
+	_, err := ApplyStreamsOf(ctx, js, c, replicas, names, createOnly)
+	return err
+}
+
+// ApplyStreamsOf is [EnsureStreamsOf], saying what it did to each stream
+// of names and to each of createOnly it created (one another process made
+// meanwhile is left out).
+func ApplyStreamsOf(ctx context.Context, js jetstream.JetStream, c Catalogue, replicas int, names, createOnly []string) ([]StreamChange, error) {
 	subjects := c.StreamSubjects()
 	subjects[StreamDeadLetter] = []string{DeadLetterSubjectPrefix + ".>"}
+	var changes []StreamChange
 	for _, name := range append(slices.Clone(names), createOnly...) {
 		subs, ok := subjects[name]
 		if !ok {
-			return fmt.Errorf("stream %s: %w: not a stream of the catalogue", name, ErrInvalidCatalogue)
+			return changes, fmt.Errorf("stream %s: %w: not a stream of the catalogue", name, ErrInvalidCatalogue)
 		}
 		n := max(replicas, 1)
+		var before *jetstream.StreamConfig
 		if s, err := js.Stream(ctx, name); err == nil {
 			if slices.Contains(createOnly, name) && !slices.Contains(names, name) {
 				continue
 			}
-			n = max(n, s.CachedInfo().Config.Replicas)
+			before = &s.CachedInfo().Config
+			n = max(n, before.Replicas)
 		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("stream %s: %w", name, err)
+			return changes, fmt.Errorf("stream %s: %w", name, err)
 		}
 		cfg := jetstream.StreamConfig{
 			Name:       name,
@@ -125,15 +181,26 @@ func EnsureStreamsOf(ctx context.Context, js jetstream.JetStream, c Catalogue, r
 			Discard:    jetstream.DiscardOld,
 			Replicas:   n,
 		}
-		var err error
+		var (
+			st  jetstream.Stream
+			err error
+		)
 		if slices.Contains(names, name) {
-			_, err = js.CreateOrUpdateStream(ctx, cfg)
-		} else if _, err = js.CreateStream(ctx, cfg); errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			err = nil // made meanwhile, by another process
+			st, err = js.CreateOrUpdateStream(ctx, cfg)
+		} else if st, err = js.CreateStream(ctx, cfg); errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			continue // made meanwhile, by another process
 		}
 		if err != nil {
-			return fmt.Errorf("stream %s: %w", name, err)
+			return changes, fmt.Errorf("stream %s: %w", name, err)
 		}
+		ch := StreamChange{Stream: name, Action: StreamCreated, Subjects: subs, Replicas: n, Owner: c.StreamOwner(name)}
+		if before != nil {
+			ch.Action = StreamUpdated
+			if after := st.CachedInfo().Config; reflect.DeepEqual(*before, after) {
+				ch.Action = StreamUnchanged
+			}
+		}
+		changes = append(changes, ch)
 	}
-	return nil
+	return changes, nil
 }

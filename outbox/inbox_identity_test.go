@@ -49,7 +49,10 @@ func TestInboxAsItsIdentityWaitsForAStreamNotYetCreated(t *testing.T) {
 	go func() { done <- in.Run(rctx) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
 
-	require.Error(t, in.Check(ctx), "ready without its stream")
+	require.ErrorIs(t, in.Check(ctx), ErrStreamMissing, "the car's identity may read PAYMENT's info: Check says the stream does not exist yet")
+	waits, err := Readiness(ctx, in)
+	require.NoError(t, err, "a stream not created yet fails no readiness")
+	require.Len(t, waits, 1)
 	payJS, err := jetstream.New(testenv.Connect(t, srv, "payment"))
 	require.NoError(t, err)
 	require.NoError(t, events.EnsureServiceStreams(ctx, payJS, events.Selected(), "payment", 1))

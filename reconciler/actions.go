@@ -125,13 +125,18 @@ func NewOperator(cfg OperatorConfig) (*Operator, error) {
 		Name: ProjectionName, Stream: events.StreamOperator,
 		FilterSubjects: []string{events.Kind(events.OperatorAction) + ".>"}, Types: []string{events.OperatorAction},
 		Pool: r.cfg.Pool, JetStream: r.cfg.JetStream, Handler: o.carryOut, Relay: o.relay,
-		Concurrency: 1, Logger: cfg.Logger,
+		Concurrency: 1, Logger: cfg.Logger, Optional: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reconciler: operator inbox: %w", err)
 	}
 	return o, nil
 }
+
+// Inboxes returns the inbox of the operators' actions (optional: the
+// reconciler owns OPERATOR and creates it again when lost), for
+// readiness (app.Process.AddInboxes).
+func (o *Operator) Inboxes() []*outbox.Inbox { return []*outbox.Inbox{o.inbox} }
 
 // Run publishes the recorded actions (the relay) and carries out the
 // re-drives that name the reconciler, until ctx ends.

@@ -153,6 +153,10 @@ func New(cfg Config) (*Reconciler, error) {
 			Name: ProjectionName, Stream: stream, FilterSubjects: filters, Types: types,
 			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: handler, BatchApply: batch, BatchLock: batchLock,
 			Concurrency: 1, Logger: cfg.Logger, Metrics: inboxMetrics,
+			// The projection never made the reconciler unready: a stream
+			// not created yet, or an inbox in trouble, is a line of
+			// /readyz (app.Process.AddInboxes).
+			Optional: true,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("reconciler: inbox %s: %w", stream, err)
@@ -161,6 +165,10 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	return r, nil
 }
+
+// Inboxes returns the projection's inboxes, one per stream, for
+// readiness (app.Process.AddInboxes); all are optional.
+func (r *Reconciler) Inboxes() []*outbox.Inbox { return r.inboxes }
 
 // Run consumes the streams into trip_view and sweeps every Interval (the
 // first sweep right away) until ctx ends. ready, if set, is called once the
@@ -333,6 +341,8 @@ func Run(ctx context.Context, env app.Env) error {
 	if p.OpsMux != p.Mux { // the dashboard's buttons post to where it is served
 		op.Register(p.OpsMux)
 	}
+	p.AddInboxes(r.Inboxes)
+	p.AddInboxes(op.Inboxes)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.Serve(ctx) })
 	g.Go(func() error { return op.Run(ctx) })

@@ -259,7 +259,12 @@ type OperatorInboxConfig struct {
 // NewOperatorInbox returns the inbox of the operators' actions (the
 // OPERATOR stream) for cfg.Service, or nil when the catalogue does not
 // name the service among those that carry them out (Operator.Consumers).
-// Actions naming another service are acknowledged without effect.
+// Actions naming another service are acknowledged without effect. The
+// inbox is optional (outbox.InboxConfig.Optional): the OPERATOR stream
+// only feeds it, the reconciler owns it (and creates it again when lost),
+// and no booking needs it, so a service never fails readiness for it
+// (docs/contracts/trips-api.md, /readyz); it consumes once the stream
+// appears.
 func NewOperatorInbox(cfg OperatorInboxConfig) (*outbox.Inbox, error) {
 	op := cfg.Catalogue.Operator
 	if op.Type == "" || !slices.Contains(op.Consumers, cfg.Service) || len(cfg.Runners) == 0 {
@@ -268,7 +273,7 @@ func NewOperatorInbox(cfg OperatorInboxConfig) (*outbox.Inbox, error) {
 	return outbox.NewInbox(outbox.InboxConfig{
 		Name: cfg.Service, Stream: events.StreamOperator, FilterSubjects: []string{events.Kind(op.Type) + ".>"},
 		Types: []string{op.Type}, Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: cfg.onOperator,
-		Relay: cfg.Relay, Logger: cfg.Logger, Metrics: cfg.Metrics,
+		Relay: cfg.Relay, Logger: cfg.Logger, Metrics: cfg.Metrics, Optional: true,
 	})
 }
 

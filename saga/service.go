@@ -246,11 +246,17 @@ func (s *Service) fromStepService(typ string) bool {
 	return et.Service != origin.Service
 }
 
-// Check returns an error when one of the service's inboxes has stalled
-// (see outbox.Inbox.Check); for readiness.
+// Check returns an error when one of the service's inboxes fails
+// readiness (see outbox.Readiness: a stalled inbox fails it, one waiting
+// for its stream to appear or the operators' inbox does not).
 func (s *Service) Check(ctx context.Context) error {
 	return outbox.CheckAll(ctx, s.inboxes...)
 }
+
+// Inboxes returns the service's inboxes (its triggers', its
+// compensations', the operators' actions'), for readiness
+// (app.Process.AddInboxes).
+func (s *Service) Inboxes() []*outbox.Inbox { return s.inboxes }
 
 // Run registers the process among the service's replicas ([Liveness]),
 // runs the recovery pass, calls ready, then runs the runner, the relay and

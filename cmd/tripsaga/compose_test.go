@@ -302,8 +302,13 @@ func TestComposeFile(t *testing.T) {
 					t.Errorf("%s: does not wait for healthy simulators (stack starts them first: the services need their companies)", s.Name)
 				}
 			}
+			if process != "sim" {
+				if d, ok := s.DependsOn["streams"]; !ok || d.Condition != types.ServiceConditionCompletedSuccessfully {
+					t.Errorf("%s: does not wait for the streams to be applied (TestComposeStreamsApply)", s.Name)
+				}
+			}
 			for dep := range s.DependsOn {
-				if dep == "postgres" || dep == "nats" {
+				if dep == "postgres" || dep == "nats" || dep == "streams" {
 					continue
 				}
 				j := slices.Index(stack.Processes, dep)
@@ -430,4 +435,41 @@ func TestComposeNATSIdentities(t *testing.T) {
 			t.Errorf("%s: NATS_CREDS %q, want its own seed %s", process, creds, want)
 		}
 	}
+}
+
+// TestComposeStreamsApply: compose makes every stream once, as the admin
+// identity, before the services start: a one-shot `tripsaga streams
+// apply` reading admin's seed from the natsauth volume, after NATS has
+// started (it waits for JetStream itself).
+func TestComposeStreamsApply(t *testing.T) {
+	p := loadCompose(t)
+	s, err := p.GetService("streams")
+	require.NoError(t, err, "compose.yaml has no streams service")
+	require.GreaterOrEqual(t, len(s.Command), 2)
+	require.Equal(t, []string{"streams", "apply"}, []string(s.Command[:2]))
+	if s.Restart != "" && s.Restart != "no" {
+		t.Errorf("streams restart %q: it runs once", s.Restart)
+	}
+	if _, ok := s.DependsOn["nats"]; !ok {
+		t.Errorf("streams does not wait for nats")
+	}
+	for dep := range s.DependsOn {
+		if dep != "nats" {
+			t.Errorf("streams depends on %s: it needs NATS only", dep)
+		}
+	}
+	env := envOf(s)
+	require.Equal(t, "nats://nats:4222", env["NATS_URL"])
+	auth, err := p.GetService("nats-auth")
+	require.NoError(t, err)
+	authVolume := ""
+	for _, v := range auth.Volumes {
+		if v.Type == types.VolumeTypeVolume {
+			authVolume = v.Source
+		}
+	}
+	v, ok := mountOf(s, authVolume)
+	require.True(t, ok, "streams does not mount the %s volume", authVolume)
+	require.True(t, v.ReadOnly, "streams mounts the %s volume writable", authVolume)
+	require.Equal(t, v.Target+"/"+natsauth.Admin+natsauth.CredsExt, env[natsauth.EnvCreds], "streams runs as admin, the one identity that may create every stream")
 }

@@ -45,7 +45,8 @@ printed with its reason and where the rule comes from:
   stream-missing       an event stream that does not exist yet
 
 Every service runs the same check at start and refuses to start on a
-violation (a missing stream is then created, not a violation).
+violation; a missing stream is then no violation: the service creates its
+own and waits for the others' (tripsaga streams apply creates them all).
 
 It reaches NATS by NATS_URL or, with --dir D, through the "tripsaga up
 --dir D" running there (D/up.env); with neither, through an up running in

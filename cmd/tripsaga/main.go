@@ -33,6 +33,6 @@ func rootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(serveCmd(), upCmd(), demoCmd(), replayCmd(), benchCmd(), healthCmd(), outboxCmd(), doctorCmd(), chaosCmd(), timelineCmd(),
-		incidentsCmd(), deadletterCmd(), repairCmd(), natsAuthCmd())
+		incidentsCmd(), deadletterCmd(), repairCmd(), natsAuthCmd(), streamsCmd())
 	return root
 }

@@ -15,7 +15,9 @@ import (
 	"net/http/pprof"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +33,7 @@ import (
 	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/redact"
 	"github.com/tripsaga/tripsaga/internal/tracing"
+	"github.com/tripsaga/tripsaga/outbox"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
@@ -163,6 +166,14 @@ type Process struct {
 	ready   atomic.Bool
 	checks  []func(context.Context) error
 	details []func(context.Context) ([]string, error)
+	// inboxes are the process's inboxes, for /readyz (AddInboxes).
+	inboxes []func() []*outbox.Inbox
+	// ownStreams are the streams the process creates and updates;
+	// keptStreams those it creates again when they are lost (its own and,
+	// when it consumes, the dead-letter stream): see keepStreams.
+	ownStreams, keptStreams []string
+	stopKeeper              context.CancelFunc
+	keeper                  sync.WaitGroup
 
 	// stopTracing flushes the OTLP export (internal/tracing.Setup).
 	stopTracing func(context.Context) error
@@ -274,7 +285,24 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 			}
 			_, err := p.JS.AccountInfo(ctx)
 			return err
-		})
+		}, p.checkOwnStreams)
+		// A stream the process owns that is lost (deleted by hand, a
+		// store wiped) is created again by the process itself, not only
+		// when its relay next publishes: the services waiting for it
+		// consume again once it is back.
+		c := events.Selected()
+		p.ownStreams = c.OwnedStreams(name)
+		p.keptStreams = slices.Clone(p.ownStreams)
+		if len(c.Consumes(name)) > 0 {
+			p.keptStreams = append(p.keptStreams, events.StreamDeadLetter)
+		}
+		kctx, stop := context.WithCancel(ctx)
+		p.stopKeeper = stop
+		p.keeper.Add(1)
+		go func() {
+			defer p.keeper.Done()
+			p.keepStreams(kctx, dcfg.StreamReplicas, KeepStreamsInterval)
+		}()
 	}
 	// Spans are exported with OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set,
 	// as service.name <name>; otherwise tracing stays off.
@@ -389,6 +417,110 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, identity string,
 	}
 }
 
+// KeepStreamsInterval is how often a service process looks for the
+// streams it creates (its own, and the dead-letter stream when it
+// consumes) and creates again any that is lost.
+const KeepStreamsInterval = 2 * time.Second
+
+// keepStreams creates again, every interval until ctx ends, each of
+// p.keptStreams that does not exist (with replicas copies), and logs it at
+// error level: a stream lost at runtime comes back by itself.
+func (p *Process) keepStreams(ctx context.Context, replicas int, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var missing []string
+		for _, name := range p.keptStreams {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := p.JS.Stream(sctx, name)
+			cancel()
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				missing = append(missing, name)
+			}
+		}
+		if len(missing) == 0 {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		changes, err := events.ApplyStreamsOf(sctx, p.JS, events.Selected(), replicas, nil, missing)
+		cancel()
+		if err != nil {
+			p.Log.Error("streams: lost, and cannot create them again yet; retrying", "streams", missing, "err", err)
+			continue
+		}
+		for _, c := range changes {
+			p.Log.Error("streams: lost (deleted?); created it again, empty", "stream", c.Stream, "replicas", c.Replicas)
+		}
+	}
+}
+
+// checkOwnStreams fails readiness while a stream the process owns does not
+// exist (keepStreams creates it again within KeepStreamsInterval), except
+// OPERATOR: it only feeds the operators' inboxes, and no process is ever
+// unready for it (docs/contracts/trips-api.md), its owner the reconciler
+// included.
+func (p *Process) checkOwnStreams(ctx context.Context) error {
+	for _, name := range p.ownStreams {
+		if name == events.StreamOperator {
+			continue
+		}
+		if _, err := p.JS.Stream(ctx, name); errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("stream %s (%s's own) does not exist; %s creates it again within %s", name, p.Name, p.Name, KeepStreamsInterval)
+		}
+	}
+	return nil
+}
+
+// AddInboxes makes /readyz check the inboxes inboxes returns
+// (outbox.Readiness): an inbox that fails readiness (stalled, its consumer
+// lost and being recreated) answers 503 with why; one whose stream does
+// not exist yet, or an optional one (the operators' actions) that is not
+// consuming, never fails it and is a line after "ready":
+//
+//	waiting for stream PAYMENT (created by payment at its start, or by tripsaga streams apply): consumer hotel consumes it once it appears
+//	not consuming OPERATOR (operator actions only; never makes this process unready): inbox hotel: ...
+func (p *Process) AddInboxes(inboxes func() []*outbox.Inbox) {
+	p.inboxes = append(p.inboxes, inboxes)
+}
+
+// inboxReadiness is the readiness of the inboxes of AddInboxes: the
+// lines to print and the first error that fails readiness.
+func (p *Process) inboxReadiness(ctx context.Context) ([]string, error) {
+	var lines []string
+	for _, f := range p.inboxes {
+		waits, err := outbox.Readiness(ctx, f()...)
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range waits {
+			lines = append(lines, WaitLine(w))
+		}
+	}
+	return lines, nil
+}
+
+// WaitLine is the /readyz line of an inbox that waits without failing
+// readiness (see [Process.AddInboxes]).
+func WaitLine(w outbox.InboxWait) string {
+	if errors.Is(w.Err, outbox.ErrStreamMissing) {
+		by := "its service"
+		if o := events.Selected().StreamOwner(w.Stream); o != "" {
+			by = o
+		}
+		return fmt.Sprintf("waiting for stream %s (created by %s at its start, or by tripsaga streams apply): consumer %s consumes it once it appears", w.Stream, by, w.Consumer)
+	}
+	what := "an optional inbox"
+	if w.Stream == events.StreamOperator {
+		what = "operator actions only"
+	}
+	return fmt.Sprintf("not consuming %s (%s; never makes this process unready): %v", w.Stream, what, w.Err)
+}
+
 // AddCheck adds a readiness check to /readyz (e.g. an inbox's progress).
 func (p *Process) AddCheck(c func(context.Context) error) { p.checks = append(p.checks, c) }
 
@@ -404,6 +536,10 @@ func (p *Process) SetReady() { p.ready.Store(true) }
 
 // Close releases connections and flushes the spans not yet exported.
 func (p *Process) Close() {
+	if p.stopKeeper != nil {
+		p.stopKeeper()
+		p.keeper.Wait()
+	}
 	if p.stopTracing != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = p.stopTracing(ctx)
@@ -444,7 +580,15 @@ func (p *Process) Serve(ctx context.Context) error {
 				return
 			}
 		}
+		waits, err := p.inboxReadiness(cctx)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = w.Write([]byte("ready\n"))
+		for _, l := range waits {
+			_, _ = w.Write([]byte(l + "\n"))
+		}
 		for _, d := range p.details {
 			lines, err := d(cctx)
 			if err != nil {

@@ -48,7 +48,7 @@ func RunStep(ctx context.Context, env Env, spec saga.Spec, build saga.BuildFunc,
 		return err
 	}
 	p.HandleOps()
-	p.AddCheck(svc.Check)
+	p.AddInboxes(svc.Inboxes)
 	p.AddDetail(func(ctx context.Context) ([]string, error) { return outbox.Details(ctx, p.Pool) })
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.Serve(ctx) })

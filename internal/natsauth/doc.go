@@ -33,7 +33,7 @@ func SecurityTable(c events.Catalogue) string {
 	b.WriteString("| identity | publishes | subscribes | JetStream API |\n|---|---|---|---|\n")
 	for _, id := range Identities(c) {
 		if id.All {
-			fmt.Fprintf(&b, "| `%s` | everything (`>`) | everything (`>`) | everything: the operator's tools (`doctor`, `replay`, chaos, bench) and `tripsaga up`, which creates every stream before the services start; no service runs as it |\n", id.Name)
+			fmt.Fprintf(&b, "| `%s` | everything (`>`) | everything (`>`) | everything: the operator's tools (`doctor`, `replay`, `streams apply`, chaos, bench) and `tripsaga up`, which create every stream before the services start; no service runs as it |\n", id.Name)
 			continue
 		}
 		pub := codes(id.Events)

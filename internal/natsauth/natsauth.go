@@ -22,9 +22,9 @@ import (
 	"github.com/tripsaga/tripsaga/events"
 )
 
-// Admin is the operator identity: the tools (doctor, replay, the chaos and
-// bench harnesses) and `tripsaga up`'s bootstrapping (it creates every
-// stream before the services start). It may publish and subscribe to
+// Admin is the operator identity: the tools (doctor, replay, streams
+// apply, the chaos and bench harnesses) and `tripsaga up`'s bootstrapping
+// (it creates every stream before the services start). It may publish and subscribe to
 // anything; no service process runs as it.
 const Admin = "admin"
 

@@ -226,6 +226,10 @@ func (s *Service) Check(ctx context.Context) error {
 	return outbox.CheckAll(ctx, s.inboxes...)
 }
 
+// Inboxes returns the service's inboxes, for readiness
+// (app.Process.AddInboxes).
+func (s *Service) Inboxes() []*outbox.Inbox { return s.inboxes }
+
 // project applies one step event to its trip, inside the inbox transaction.
 func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	var d events.StepData
@@ -701,7 +705,7 @@ func Run(ctx context.Context, env app.Env) error {
 	s.Handler(p.Mux)
 	s.HandleLookup(p.Mux)
 	p.HandleOps()
-	p.AddCheck(s.Check)
+	p.AddInboxes(s.Inboxes)
 	p.AddDetail(func(ctx context.Context) ([]string, error) { return outbox.Details(ctx, p.Pool) })
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.Serve(ctx) })
