@@ -45,6 +45,7 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/internal/natssync"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
 	"github.com/tripsaga/tripsaga/internal/pgroles"
 	"github.com/tripsaga/tripsaga/internal/stack"
@@ -564,8 +565,10 @@ func (rep *Report) addSamples(run *LoadRun, t0 time.Time, name string) {
 
 // scratchPhases measures the relay and the rebuild on a second NATS server.
 func scratchPhases(ctx context.Context, cfg Config, rep *Report, m *fullMeters) error {
-	ns, err := server.NewServer(&server.Options{ServerName: "bench-scratch", Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: m.natsDir, NoSigs: true, NoLog: true})
+	sopts := &server.Options{ServerName: "bench-scratch", Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: m.natsDir, NoSigs: true, NoLog: true}
+	natssync.Apply(sopts)
+	ns, err := server.NewServer(sopts)
 	if err != nil {
 		return fmt.Errorf("bench: scratch NATS: %w", err)
 	}
