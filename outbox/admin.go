@@ -35,8 +35,13 @@ func WaitingByCause(ctx context.Context, db dbsqlc.DBTX) ([]Waiting, error) {
 	return out, nil
 }
 
+// LostShownFor is how long [Details] names events the verify found lost.
+const LostShownFor = time.Hour
+
 // Details describes the outbox for /readyz: one line per cause of waiting
-// events and one for quarantined events; none when everything flows.
+// events (CauseLost among them), one for the events found lost by their
+// stream in the last [LostShownFor], and one for quarantined events; none
+// when everything flows.
 func Details(ctx context.Context, db dbsqlc.DBTX) ([]string, error) {
 	ws, err := WaitingByCause(ctx, db)
 	if err != nil {
@@ -45,11 +50,22 @@ func Details(ctx context.Context, db dbsqlc.DBTX) ([]string, error) {
 	var out []string
 	for _, w := range ws {
 		kind := "outage"
-		if !w.Cause.Outage() {
+		switch {
+		case w.Cause == CauseLost:
+			kind = "lost by their stream, published again once the duplicate window has passed"
+		case !w.Cause.Outage():
 			kind = "refused, counts towards quarantine"
 		}
 		out = append(out, fmt.Sprintf("outbox: %d events waiting: %s (%s) since %s: %s",
 			w.Events, w.Cause, kind, w.Since.Format(time.RFC3339), w.LastError))
+	}
+	lost, err := queries.OutboxLostRecently(ctx, db, time.Now().Add(-LostShownFor))
+	if err != nil {
+		return nil, fmt.Errorf("outbox: lost: %w", err)
+	}
+	if lost.Lost > 0 {
+		out = append(out, fmt.Sprintf("outbox: %d published events were found lost by their stream in the last %s (deleted, purged, restored, or not synced to disk) and put back in line, %d of them not published again yet; newest %s (`tripsaga outbox verify`)",
+			lost.Lost, LostShownFor, lost.Waiting, lost.Newest))
 	}
 	q, err := queries.OutboxCountQuarantined(ctx, db)
 	if err != nil {

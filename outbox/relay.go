@@ -69,10 +69,21 @@ type RelayConfig struct {
 	BackoffMax time.Duration
 	// AckTimeout bounds the wait for a batch's PubAcks. Defaults to 10 s.
 	AckTimeout time.Duration
-	// Retention is how long published rows are kept (for inspection)
-	// before the relay deletes them, hourly. Defaults to 24 h. Events stay
-	// in the streams for events.MaxAge.
+	// Retention is how long published rows are kept before the relay
+	// deletes them, hourly. Defaults to 24 h. While a row is kept, the
+	// verify (VerifyInterval) publishes its event again if its stream
+	// loses it; events stay in the streams for events.MaxAge.
 	Retention time.Duration
+	// VerifyInterval is how often the relay runs a [Verify] pass over the
+	// rows still kept: the gap check of every kept row, and the read-back
+	// of VerifyBatch rows. Defaults to 10 s; negative turns it off.
+	VerifyInterval time.Duration
+	// VerifyBatch is how many rows one pass reads back by sequence (never
+	// read back first, then the longest ago). Defaults to 1000.
+	VerifyBatch int
+	// VerifyAgain is how long a row read back is left before it is read
+	// back again. Defaults to 1 min.
+	VerifyAgain time.Duration
 	// LocalGrace is how long a row that the writer's own relay publishes
 	// right after commit (see WithAfterCommit) is left out of every relay's
 	// claims: past it, a row still unmarked (its process died, or its
@@ -116,6 +127,15 @@ func (c *RelayConfig) setDefaults() {
 	if c.LocalGrace == 0 {
 		c.LocalGrace = RelayLocalGraceDefault
 	}
+	if c.VerifyInterval == 0 {
+		c.VerifyInterval = RelayVerifyIntervalDefault
+	}
+	if c.VerifyBatch == 0 {
+		c.VerifyBatch = RelayVerifyBatchDefault
+	}
+	if c.VerifyAgain == 0 {
+		c.VerifyAgain = RelayVerifyAgainDefault
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -131,6 +151,8 @@ func (c *RelayConfig) validate() error {
 		return fmt.Errorf("%w: BatchSize %d not in 1..10000", ErrInvalidConfig, c.BatchSize)
 	case c.BackoffMax >= events.DuplicateWindow/2:
 		return fmt.Errorf("%w: BackoffMax %s must stay well inside the %s duplicate window", ErrInvalidConfig, c.BackoffMax, events.DuplicateWindow)
+	case c.VerifyBatch < 0:
+		return fmt.Errorf("%w: VerifyBatch %d must not be negative", ErrInvalidConfig, c.VerifyBatch)
 	case c.LocalGrace < 0 || c.LocalGrace >= events.DuplicateWindow/2:
 		return fmt.Errorf("%w: LocalGrace %s must stay well inside the %s duplicate window", ErrInvalidConfig, c.LocalGrace, events.DuplicateWindow)
 	}
@@ -155,7 +177,7 @@ type Relay struct {
 	running atomic.Bool
 	acks    chan localPending // published, waiting for the PubAck
 	markMu  sync.Mutex
-	toMark  []string // acked event ids to mark published
+	toMark  dbsqlc.OutboxMarkPublishedByEventIDParams // acked events to mark published, with their PubAck's stream and sequence
 	marked  chan struct{}
 }
 
@@ -201,6 +223,10 @@ func parentOfHeaders(h map[string]string) trace.SpanContext {
 
 type relayMetrics struct {
 	published, quarantined prometheus.Counter
+	// lost counts, by stream, published events the verify found lost;
+	// verified the rows it checked.
+	lost     *prometheus.CounterVec
+	verified prometheus.Counter
 	// failures counts failed publish attempts by Cause.
 	failures *prometheus.CounterVec
 }
@@ -229,9 +255,14 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 			Help: "Failed publish attempts of outbox events, by cause: refused (the event itself; counts towards quarantine) or an outage (storage, limits, no_stream, no_leader, timeout, disconnected, server; never quarantines).",
 		}, []string{"cause"}),
 		quarantined: prometheus.NewCounter(prometheus.CounterOpts{Name: "tripsaga_outbox_quarantined_total", Help: "Outbox events quarantined after MaxAttempts failures."}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tripsaga_outbox_lost_total",
+			Help: "Published outbox events their stream no longer held (deleted, purged, restored from an older snapshot, not synced before a crash), found by the outbox verify and published again, by stream.",
+		}, []string{"stream"}),
+		verified: prometheus.NewCounter(prometheus.CounterOpts{Name: "tripsaga_outbox_verified_total", Help: "Published outbox rows the outbox verify checked against their stream."}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.m.published, r.m.failures, r.m.quarantined} {
+		for _, c := range []prometheus.Collector{r.m.published, r.m.failures, r.m.quarantined, r.m.lost, r.m.verified} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("outbox: metrics: %w", err)
 			}
@@ -261,6 +292,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	local.Add(2)
 	go func() { defer local.Done(); r.awaitLocal(ctx) }()
 	go func() { defer local.Done(); r.markLocal(ctx) }()
+	if r.cfg.VerifyInterval > 0 {
+		local.Go(func() { r.verifyLoop(ctx) })
+	}
 	r.running.Store(true)
 	defer local.Wait()
 	defer r.running.Store(false)
@@ -460,6 +494,7 @@ func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 	type pending struct {
 		row  dbsqlc.OutboxClaimBatchRow
 		f    jetstream.PubAckFuture
+		ack  *jetstream.PubAck
 		err  error
 		span trace.Span
 	}
@@ -499,7 +534,7 @@ func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 		}
 		if !expired {
 			select {
-			case <-p.f.Ok():
+			case p.ack = <-p.f.Ok():
 				continue
 			case err := <-p.f.Err():
 				p.err = err
@@ -512,21 +547,23 @@ func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 		}
 		// Past the deadline: take what has arrived, the rest timed out.
 		select {
-		case <-p.f.Ok():
+		case p.ack = <-p.f.Ok():
 		case err := <-p.f.Err():
 			p.err = err
 		default:
 			p.err = errNoPubAck
 		}
 	}
-	var ok []int64
+	var ok dbsqlc.OutboxMarkPublishedParams
 	var outage dbsqlc.OutboxMarkOutageParams
 	outages := map[Cause]int{}
 	var refused []*pending
 	for i := range ps {
 		p := &ps[i]
 		if p.err == nil {
-			ok = append(ok, p.row.ID)
+			ok.Ids = append(ok.Ids, p.row.ID)
+			ok.Streams = append(ok.Streams, p.ack.Stream)
+			ok.Seqs = append(ok.Seqs, int64(p.ack.Sequence))
 			continue
 		}
 		c := Classify(p.err)
@@ -548,7 +585,7 @@ func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 	if err := fault.HitAny(ctx, fault.At(r.service(), "relay", fault.AfterPublish), len(ps), func(i int) string { return fault.TripOfSubject(ps[i].row.NatsSubject) }); err != nil {
 		return 0, err
 	}
-	if len(ok) > 0 {
+	if len(ok.Ids) > 0 {
 		if err := queries.OutboxMarkPublished(ctx, tx, ok); err != nil {
 			return 0, fmt.Errorf("mark published: %w", err)
 		}
@@ -582,7 +619,7 @@ func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 		// a re-publish is dropped by the duplicate window.
 		return 0, fmt.Errorf("commit: %w", err)
 	}
-	r.m.published.Add(float64(len(ok)))
+	r.m.published.Add(float64(len(ok.Ids)))
 	r.m.quarantined.Add(float64(quarantined))
 	if len(outages) > 0 {
 		var errs []error
@@ -660,13 +697,15 @@ func (r *Relay) awaitLocal(ctx context.Context) {
 		case <-ctx.Done():
 			p.span.End()
 			return
-		case <-p.f.Ok():
+		case ack := <-p.f.Ok():
 			p.span.End()
 			if fault.Hit(ctx, fault.At(r.service(), "relay", fault.AfterPublish), fault.TripOfSubject(p.subject)) != nil {
 				continue // as if the mark failed: claimed after LocalGrace, re-published, deduplicated
 			}
 			r.markMu.Lock()
-			r.toMark = append(r.toMark, p.id)
+			r.toMark.EventIds = append(r.toMark.EventIds, p.id)
+			r.toMark.Streams = append(r.toMark.Streams, ack.Stream)
+			r.toMark.Seqs = append(r.toMark.Seqs, int64(ack.Sequence))
 			r.markMu.Unlock()
 			select {
 			case r.marked <- struct{}{}:
@@ -700,19 +739,19 @@ func (r *Relay) markLocal(ctx context.Context) {
 		}
 		r.markMu.Lock()
 		ids := r.toMark
-		r.toMark = nil
+		r.toMark = dbsqlc.OutboxMarkPublishedByEventIDParams{}
 		r.markMu.Unlock()
-		if len(ids) == 0 {
+		if len(ids.EventIds) == 0 {
 			continue
 		}
 		if err := queries.OutboxMarkPublishedByEventID(ctx, r.cfg.Pool, ids); err != nil {
 			// Left unmarked, the rows are claimed after LocalGrace and
 			// re-published; the duplicate window drops the copies.
 			if ctx.Err() == nil {
-				r.cfg.Logger.Warn("outbox: cannot mark published events; they will be re-published and deduplicated", "events", len(ids), "err", err)
+				r.cfg.Logger.Warn("outbox: cannot mark published events; they will be re-published and deduplicated", "events", len(ids.EventIds), "err", err)
 			}
 			continue
 		}
-		r.m.published.Add(float64(len(ids)))
+		r.m.published.Add(float64(len(ids.EventIds)))
 	}
 }

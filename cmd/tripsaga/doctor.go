@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,7 +18,7 @@ import (
 
 func doctorCmd() *cobra.Command {
 	var asJSON bool
-	var dir string
+	var dir, monitor string
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check the live JetStream configuration against the rules the guarantees rest on; exit non-zero on any violation",
@@ -43,6 +44,13 @@ printed with its reason and where the rule comes from:
   stream-replicas      replicas above the cluster size (live, or asked for
                        by STREAM_REPLICAS)
   stream-missing       an event stream that does not exist yet
+  nats-sync            a server that does not fsync every message before its
+                       PubAck (sync_interval: always): its default, every
+                       2 minutes, loses acknowledged events on a power loss
+                       (read from its monitoring port, --nats-monitor; the
+                       client connection cannot see it, only the system
+                       account can, so without the flag it is reported as
+                       not known)
 
 Every service runs the same check at start and refuses to start on a
 violation; a missing stream is then no violation: the service creates its
@@ -75,6 +83,15 @@ the default folder .tripsaga.`,
 			if err != nil {
 				return err
 			}
+			syncLine := "NATS store sync: not known over the client connection (only the system account may read it); give the server's monitoring URL with --nats-monitor (compose: http://localhost:8222). Servers tripsaga starts sync always (internal/natssync)"
+			if monitor != "" {
+				st, err := doctor.SyncOf(cmd.Context(), monitor)
+				if err != nil {
+					return err
+				}
+				syncLine = fmt.Sprintf("NATS store sync: %s: %s", st, st.Risk())
+				fs = append(fs, doctor.CheckSync(monitor, st)...)
+			}
 			w := cmd.OutOrStdout()
 			if asJSON {
 				if fs == nil {
@@ -86,6 +103,7 @@ the default folder .tripsaga.`,
 					return err
 				}
 			} else {
+				fmt.Fprintln(w, syncLine)
 				printFindings(w, env.NATSURL, fs)
 			}
 			if len(fs) > 0 {
@@ -95,6 +113,7 @@ the default folder .tripsaga.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the findings as a JSON array (empty when all is well)")
+	cmd.Flags().StringVar(&monitor, "nats-monitor", os.Getenv("NATS_MONITOR_URL"), "the NATS server's monitoring `URL` (its /varz says its sync setting; default $NATS_MONITOR_URL)")
 	cmd.Flags().StringVar(&dir, "dir", "", "use the tripsaga up running in this `folder` (its up.env) instead of NATS_URL")
 	return cmd
 }

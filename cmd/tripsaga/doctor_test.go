@@ -86,3 +86,26 @@ func connectJS(t *testing.T, srv *server.Server) jetstream.JetStream {
 	require.NoError(t, err)
 	return js
 }
+
+// doctor reports the server's store sync setting from its monitoring port
+// (a violation when it is not always), and says it is not known without one.
+func TestDoctorSync(t *testing.T) {
+	t.Setenv("NATS_MONITOR_URL", "")
+	srv, _ := testenv.NATSWith(t, func(o *server.Options) {
+		o.HTTPHost, o.HTTPPort = "127.0.0.1", -1
+		o.SyncAlways, o.SyncInterval = false, 0 // nats-server's default
+	})
+	t.Setenv("NATS_URL", srv.ClientURL())
+	t.Setenv(natsauth.EnvCreds, testenv.Creds(t, srv, natsauth.Admin))
+	require.NoError(t, events.EnsureStreams(context.Background(), connectJS(t, srv), events.Default))
+
+	out, err := runDoctorCmd(t)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "NATS store sync: not known over the client connection")
+
+	mon := "http://" + srv.MonitorAddr().String()
+	out, err = runDoctorCmd(t, "--nats-monitor", mon)
+	require.ErrorContains(t, err, "1 violations", out)
+	require.Contains(t, out, "NATS store sync: 2m0s (the default): a power loss or OS crash of the NATS host loses the acknowledged events of the last 2m0s")
+	require.Contains(t, out, "[nats-sync]")
+}

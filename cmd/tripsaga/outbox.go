@@ -12,9 +12,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/outbox"
 )
 
@@ -39,7 +43,7 @@ func outboxCmd() *cobra.Command {
 	var services []string
 	cmd := &cobra.Command{
 		Use:   "outbox",
-		Short: "List and re-drive outbox events that could not be published (quarantined, or waiting out an outage)",
+		Short: "List and re-drive outbox events that could not be published (quarantined, or waiting out an outage); verify that published ones are still in their streams",
 		Long: `Every service writes the events it publishes to its outbox table in the
 same transaction as its state change; its relay publishes them to JetStream.
 
@@ -147,7 +151,87 @@ own schema only.`,
 	redrive.Flags().BoolVar(&all, "all", false, "re-drive every quarantined event of the chosen services")
 	redrive.Flags().BoolVar(&redriveJSON, "json", false, "print what was re-driven as JSON")
 
-	cmd.AddCommand(list, redrive)
+	var since time.Duration
+	var verifyJSON bool
+	verify := &cobra.Command{
+		Use:   "verify",
+		Short: "Check that every published event still kept in an outbox is in its stream, and publish again (same Nats-Msg-Id) those the stream lost",
+		Long: `verify reads back, by the stream and sequence its PubAck gave, every event
+the chosen services' outboxes published within --since (at most the outbox
+retention, 24 h), as each relay's background check does every 10 s for a
+part of them. An event its stream no longer holds (a message deleted, a
+stream purged, deleted or restored from an older snapshot, a NATS host that
+lost what it had not synced) is put back in line: the service's relay
+publishes it again with its event id as Nats-Msg-Id once the stream's
+duplicate window (2 min) has passed since its first publish, and consumers'
+inboxes drop what they had handled. It exits 1 when it found any.
+
+It needs DATABASE_URL and NATS_URL (the administrator's and the operator
+identity's, as up.env has them), or --dir of a running tripsaga up.`,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if since <= 0 {
+				return fmt.Errorf("--since %s: must be positive", since)
+			}
+			env, err := envForTool(dir, "DATABASE_URL", "NATS_URL")
+			if err != nil {
+				return fmt.Errorf("outbox verify: %w", err)
+			}
+			nc, err := app.ConnectNATS(env, natsauth.Admin, nats.Name("tripsaga-outbox-verify"), nats.Timeout(5*time.Second))
+			if err != nil {
+				return fmt.Errorf("outbox verify: %w", err)
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return fmt.Errorf("outbox verify: jetstream: %w", err)
+			}
+			type verified struct {
+				Service string `json:"service"`
+				outbox.VerifyReport
+			}
+			var out []verified
+			_, err = eachOutbox(cmd.Context(), dir, services, func(ctx context.Context, pool *pgxpool.Pool) ([]outbox.Row, error) {
+				rep, err := outbox.Verify(ctx, pool, js, outbox.VerifyOptions{Since: time.Now().Add(-since), ReadBack: -1})
+				if rep.Lost == nil {
+					rep.Lost = []outbox.Lost{}
+				}
+				out = append(out, verified{Service: pool.Config().ConnConfig.RuntimeParams["search_path"], VerifyReport: rep})
+				return nil, err
+			})
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			lost := 0
+			for _, v := range out {
+				lost += len(v.Lost)
+			}
+			if verifyJSON {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(out); err != nil {
+					return err
+				}
+			} else {
+				for _, v := range out {
+					fmt.Fprintf(w, "%-8s %d events read back, %d outside their stream's sequences, %d lost\n", v.Service, v.ReadBack, v.Suspects, len(v.Lost))
+					for _, l := range v.Lost {
+						fmt.Fprintf(w, "  lost  %s  %s seq %d (%s); published again from %s\n", l.EventID, l.Stream, l.Seq, l.Why, l.Due.Format(time.RFC3339))
+					}
+				}
+			}
+			if lost > 0 {
+				return fmt.Errorf("outbox verify: %d published events were lost by their streams; each is published again once its duplicate window has passed (watch `tripsaga outbox list --waiting`)", lost)
+			}
+			return nil
+		},
+	}
+	verify.Flags().DurationVar(&since, "since", outbox.RelayRetentionDefault, "check the events published this long ago or later (the outbox keeps 24 h)")
+	verify.Flags().BoolVar(&verifyJSON, "json", false, "print one JSON array, a report per service")
+
+	cmd.AddCommand(list, redrive, verify)
 	return cmd
 }
 

@@ -8,7 +8,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/outbox"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
@@ -76,4 +79,47 @@ func TestOutboxListAndRedrive(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "no quarantined outbox events (events waiting after a failed publish: --waiting)",
 		"without --waiting it does not claim nothing waits (E-wait does)")
+}
+
+// outbox verify finds a published event whose message was deleted from
+// its stream, names it, exits non-zero, and puts it back in line.
+func TestOutboxVerify(t *testing.T) {
+	ctx := context.Background()
+	pool, url := testenv.SchemaPool(t, "hotel", tripsql.SetSaga)
+	srv, _, js := testenv.JetStream(t)
+	t.Setenv("DATABASE_URL", url)
+	t.Setenv("NATS_URL", srv.ClientURL())
+	t.Setenv(natsauth.EnvCreds, testenv.Creds(t, srv, natsauth.Admin))
+	var evs []string
+	for _, trip := range []string{"T-1", "T-2"} {
+		e, err := events.New(events.Source("hotel"), events.HotelHeld, trip, events.StepData{TripID: trip, Step: "hotel"})
+		require.NoError(t, err)
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		require.NoError(t, outbox.Write(ctx, tx, e))
+		require.NoError(t, tx.Commit(ctx))
+		evs = append(evs, e.ID())
+	}
+	r, err := outbox.NewRelay(outbox.RelayConfig{Pool: pool, JetStream: js, VerifyInterval: -1})
+	require.NoError(t, err)
+	n, err := r.PublishBatch(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+
+	out, err := runOutboxCmd(t, "verify", "--service", "hotel")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "hotel    2 events read back, 0 outside their stream's sequences, 0 lost")
+
+	s, err := js.Stream(ctx, events.StreamHotel)
+	require.NoError(t, err)
+	require.NoError(t, s.DeleteMsg(ctx, 1))
+	out, err = runOutboxCmd(t, "verify", "--service", "hotel")
+	require.ErrorContains(t, err, "1 published events were lost")
+	require.Contains(t, out, "lost  "+evs[0]+"  HOTEL seq 1 (not found)")
+	var cause string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT last_cause FROM outbox WHERE event_id = $1 AND published_at IS NULL", evs[0]).Scan(&cause))
+	require.Equal(t, "lost", cause, "put back in line")
+
+	out, err = runOutboxCmd(t, "verify", "--service", "hotel", "--since", "0s")
+	require.ErrorContains(t, err, "--since 0s: must be positive", out)
 }

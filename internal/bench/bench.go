@@ -45,6 +45,7 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/internal/natssync"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
 	"github.com/tripsaga/tripsaga/internal/pgroles"
 	"github.com/tripsaga/tripsaga/internal/stack"
@@ -181,7 +182,10 @@ type Report struct {
 	CPUMSPerTrip           float64      `json:"cpu_ms_per_trip_total"`
 	ReconcilerLag          Lag          `json:"reconciler_lag"`
 
-	Relay             RelayResult  `json:"relay"`
+	Relay RelayResult `json:"relay"`
+	// Sync is the cost of the store's sync policy and of the outbox's
+	// verify (scratch servers), nil when not measured.
+	Sync              *SyncResult  `json:"sync,omitempty"`
 	RelayEventsPerS   float64      `json:"relay_events_per_s"`
 	Rebuild           []RebuildRun `json:"rebuild"`
 	RebuildEventsPerS float64      `json:"rebuild_events_per_s"`
@@ -564,8 +568,10 @@ func (rep *Report) addSamples(run *LoadRun, t0 time.Time, name string) {
 
 // scratchPhases measures the relay and the rebuild on a second NATS server.
 func scratchPhases(ctx context.Context, cfg Config, rep *Report, m *fullMeters) error {
-	ns, err := server.NewServer(&server.Options{ServerName: "bench-scratch", Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: m.natsDir, NoSigs: true, NoLog: true})
+	sopts := &server.Options{ServerName: "bench-scratch", Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: m.natsDir, NoSigs: true, NoLog: true}
+	natssync.Apply(sopts)
+	ns, err := server.NewServer(sopts)
 	if err != nil {
 		return fmt.Errorf("bench: scratch NATS: %w", err)
 	}
@@ -591,6 +597,12 @@ func scratchPhases(ctx context.Context, cfg Config, rep *Report, m *fullMeters) 
 		return err
 	}
 	rep.RelayEventsPerS = rep.Relay.DrainPerS
+	cfg.Logger.Info("bench: store sync and outbox verify", "backlog", cfg.RelayEvents)
+	sr, err := syncBench(ctx, m.benchURL, ns, m.natsDir+"-default-sync", cfg.RelayEvents, min(3*time.Second, time.Duration(cfg.BaselineBSeconds*float64(time.Second))))
+	if err != nil {
+		return err
+	}
+	rep.Sync = &sr
 	cfg.Logger.Info("bench: reconciler rebuild", "events", cfg.RebuildEvents)
 	if rep.Rebuild, err = rebuildBench(ctx, m.benchURL, js, cfg.RebuildEvents); err != nil {
 		return err
@@ -630,6 +642,17 @@ func (rep *Report) ratios() {
 		}
 		if o.OfferedPercent == 50 {
 			add("open loop 50 %: p99 answer ms", o.Answer.P99, "≤ 100")
+		}
+	}
+	if sr := rep.Sync; sr != nil {
+		if sr.PublishDefaultPerS > 0 {
+			add("publishes/s, sync always ÷ default sync", round(sr.PublishAlwaysPerS/sr.PublishDefaultPerS, 2), "")
+		}
+		if sr.RelayDefaultPerS > 0 {
+			add("relay drain, sync always ÷ default sync", round(sr.RelayAlwaysPerS/sr.RelayDefaultPerS, 2), "")
+		}
+		if sr.RelayAlwaysPerS > 0 {
+			add("relay drain, verify passes back to back ÷ none", round(sr.RelayVerifyingPerS/sr.RelayAlwaysPerS, 2), "")
 		}
 	}
 	if rep.RelayEventsPerS > 0 {

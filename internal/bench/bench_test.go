@@ -51,6 +51,10 @@ func TestShortBench(t *testing.T) {
 	if len(rep.ClosedLoop) != 2 || len(rep.OpenLoop) != 1 {
 		t.Errorf("runs: %d closed, %d open", len(rep.ClosedLoop), len(rep.OpenLoop))
 	}
+	if sr := rep.Sync; sr == nil || sr.PublishAlwaysPerS <= 0 || sr.PublishDefaultPerS <= 0 || sr.RelayAlwaysPerS <= 0 ||
+		sr.RelayDefaultPerS <= 0 || sr.RelayVerifyingPerS <= 0 || sr.VerifyReadBackPerS <= 0 {
+		t.Errorf("the sync and verify figures: %+v", rep.Sync)
+	}
 	if rep.SimStore != "memory" {
 		t.Errorf("sim store %q", rep.SimStore)
 	}

@@ -82,6 +82,15 @@ func (rep *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "  draining a second one, %d writers running\t%s events/s over %.1f s (writers meanwhile: %s events/s, one event per transaction)\n", r.Writers, num(r.WithWritersPerS), r.WithWritersS, num(r.WritersPerS))
 		fmt.Fprintf(tw, "  writing a backlog (100 events per transaction, 4 writers)\t%s events/s\n", num(r.WritePerS))
 		_ = tw.Flush()
+		if sr := rep.Sync; sr != nil {
+			p("\nSTORE SYNC AND OUTBOX VERIFY (two scratch NATS servers on one disk: sync always, the policy, and nats-server's default, every 2 min)\n")
+			tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+			fmt.Fprintf(tw, "  async publishes of 512 B, 3 s\t%s/s always\t%s/s default\n", num(sr.PublishAlwaysPerS), num(sr.PublishDefaultPerS))
+			fmt.Fprintf(tw, "  relay draining %s events\t%s events/s always\t%s events/s default\n", num(float64(sr.Events)), num(sr.RelayAlwaysPerS), num(sr.RelayDefaultPerS))
+			fmt.Fprintf(tw, "  the same, verify passes back to back (%d)\t%s events/s always\t\n", sr.VerifyPasses, num(sr.RelayVerifyingPerS))
+			fmt.Fprintf(tw, "  one full verify pass, every row read back\t%s rows/s\t\n", num(sr.VerifyReadBackPerS))
+			_ = tw.Flush()
+		}
 		p("\nRECONCILER REBUILD (reconciler.Replay, scratch schema, scratch NATS)\n")
 		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 		for _, x := range rep.Rebuild {

@@ -25,6 +25,10 @@
 //   - max-deliver-server: a tripsaga inbox consumer must have MaxDeliver -1
 //     on the server: a server limit drops an event without a trace (no
 //     dead-letter queue; field notes, JetStream), before the inbox parks it.
+//   - nats-sync: the server must fsync every message before its PubAck
+//     (sync_interval: always, internal/natssync); checked by [CheckSync]
+//     on what [SyncOf] reads from its monitoring port, since the client
+//     connection cannot see it (`tripsaga doctor --nats-monitor`).
 //   - stream-retention: event streams use limits retention, never
 //     work-queue or interest: the trips service, the reconciler and replays
 //     each read every event (field notes, JetStream; NATS docs, "Streams").

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/natssync"
 )
 
 // ConfPath is the server configuration compose.yaml ships, relative to
@@ -24,7 +25,9 @@ const ConfInclude = "auth/" + NkeysConf
 // ServerConf is a nats-server configuration file (the server's own
 // format) with the authorization of every identity of c: one nkey user
 // each, its public key the variable [Provision] writes into
-// auth/nkeys.conf, and its publish and subscribe allow lists.
+// auth/nkeys.conf, and its publish and subscribe allow lists; and the
+// JetStream store's sync policy (natssync.ConfBlock), which the file-configured
+// servers (compose) take from here.
 func ServerConf(c events.Catalogue) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# tripsaga's NATS users and what each may do. Generated from the event\n")
@@ -32,6 +35,7 @@ func ServerConf(c events.Catalogue) []byte {
 	fmt.Fprintf(&b, "# The public keys come from %s, which `tripsaga nats-auth --dir`\n", ConfInclude)
 	fmt.Fprintf(&b, "# writes next to one seed file per identity (NATS_CREDS of each process).\n\n")
 	fmt.Fprintf(&b, "include %q\n\n", ConfInclude)
+	b.WriteString(natssync.ConfBlock + "\n")
 	b.WriteString("authorization {\n  users = [\n")
 	for _, id := range Identities(c) {
 		fmt.Fprintf(&b, "    # %s\n", describe(id))

@@ -56,7 +56,7 @@ func codes(ss []string) string {
 func api(id Identity) string {
 	var parts []string
 	if len(id.OwnStreams) > 0 {
-		parts = append(parts, "creates and updates stream "+strings.Join(id.OwnStreams, ", "))
+		parts = append(parts, "creates and updates stream "+strings.Join(id.OwnStreams, ", ")+" and reads its messages by sequence (the outbox's verify)")
 	}
 	if len(id.CreateStreams) > 0 {
 		parts = append(parts, "creates "+strings.Join(id.CreateStreams, ", ")+" when missing (never updates it)")

@@ -99,7 +99,9 @@ func (id Identity) JetStreamAPI() []string {
 		out = append(out, "$JS.API.STREAM.MSG.GET."+s)
 	}
 	for _, s := range id.OwnStreams {
-		out = append(out, "$JS.API.STREAM.CREATE."+s, "$JS.API.STREAM.UPDATE."+s)
+		// MSG.GET: the outbox's verify reads back by sequence what its
+		// relay published (outbox.Relay.Verify).
+		out = append(out, "$JS.API.STREAM.CREATE."+s, "$JS.API.STREAM.UPDATE."+s, "$JS.API.STREAM.MSG.GET."+s)
 	}
 	for _, s := range id.CreateStreams {
 		out = append(out, "$JS.API.STREAM.CREATE."+s)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/tripsaga/tripsaga/internal/natssync"
 )
 
 // ClusterName is the name of the JetStream cluster `tripsaga up
@@ -51,6 +53,7 @@ func (n NATSNode) options() (*server.Options, error) {
 		// 2-minute ping interval.
 		PingInterval: 2 * time.Second, MaxPingsOut: 2,
 	}
+	natssync.Apply(opts)
 	if n.ConfigFile != "" {
 		fopts, err := server.ProcessConfigFile(n.ConfigFile)
 		if err != nil {

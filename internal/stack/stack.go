@@ -34,6 +34,7 @@ import (
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/internal/natssync"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
 	"github.com/tripsaga/tripsaga/internal/pgroles"
 	"github.com/tripsaga/tripsaga/internal/redact"
@@ -412,10 +413,7 @@ func (s *Stack) start(ctx context.Context) error {
 		if cfg.BasePort != 0 {
 			natsPort = cfg.BasePort
 		}
-		s.natsOpts = server.Options{
-			ServerName: "tripsaga", Host: "127.0.0.1", Port: natsPort, JetStream: true,
-			StoreDir: filepath.Join(cfg.Dir, "nats"), NoSigs: true, NoLog: true,
-		}
+		s.natsOpts = embeddedNATSOptions(filepath.Join(cfg.Dir, "nats"), natsPort)
 		if err := natsauth.Configure(&s.natsOpts, natsIDs, pubs); err != nil {
 			return err
 		}
@@ -586,6 +584,18 @@ func checkPorts(ports []Port) error {
 		l.Close()
 	}
 	return nil
+}
+
+// embeddedNATSOptions are the options of the single embedded server: its
+// store in dir, its client port (-1 for any), the sync policy of
+// internal/natssync.
+func embeddedNATSOptions(dir string, port int) server.Options {
+	o := server.Options{
+		ServerName: "tripsaga", Host: "127.0.0.1", Port: port, JetStream: true,
+		StoreDir: dir, NoSigs: true, NoLog: true,
+	}
+	natssync.Apply(&o)
+	return o
 }
 
 func startNATS(opts server.Options) (*server.Server, error) {

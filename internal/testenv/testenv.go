@@ -29,6 +29,7 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/internal/natssync"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
 	"github.com/tripsaga/tripsaga/internal/pgroles"
 	tripsql "github.com/tripsaga/tripsaga/sql"
@@ -183,6 +184,9 @@ func NATSWith(tb testing.TB, mod func(*server.Options)) (*server.Server, *server
 		NoLog:     true,
 		NoSigs:    true,
 	}
+	// The store's sync policy of every server tripsaga runs; mod may
+	// change it (a test of the default's risk).
+	natssync.Apply(opts)
 	if mod != nil {
 		mod(opts)
 	}

@@ -6,6 +6,8 @@ package dbsqlc
 
 import (
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type Inbox struct {
@@ -67,6 +69,11 @@ type Outbox struct {
 	Outages       int32
 	LastFailedAt  *time.Time
 	RedrivenAt    *time.Time
+	Stream        *string
+	StreamSeq     pgtype.Int8
+	VerifiedAt    *time.Time
+	LostAt        *time.Time
+	Losses        int32
 }
 
 type Process struct {

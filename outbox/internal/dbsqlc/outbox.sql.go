@@ -8,6 +8,8 @@ package dbsqlc
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const inboxInsertIfAbsent = `-- name: InboxInsertIfAbsent :execrows
@@ -110,6 +112,24 @@ type InboxPositionEnsureParams struct {
 func (q *Queries) InboxPositionEnsure(ctx context.Context, db DBTX, arg InboxPositionEnsureParams) error {
 	_, err := db.Exec(ctx, inboxPositionEnsure, arg.Consumer, arg.Stream)
 	return err
+}
+
+const inboxPositionGet = `-- name: InboxPositionGet :one
+SELECT COALESCE((SELECT ack_floor FROM inbox_position
+                 WHERE consumer = $1 AND stream = $2), 0)::bigint
+`
+
+type InboxPositionGetParams struct {
+	Consumer string
+	Stream   string
+}
+
+// The stored ack floor of a consumer on a stream, 0 when none is stored.
+func (q *Queries) InboxPositionGet(ctx context.Context, db DBTX, arg InboxPositionGetParams) (int64, error) {
+	row := db.QueryRow(ctx, inboxPositionGet, arg.Consumer, arg.Stream)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
 }
 
 const inboxPositionSet = `-- name: InboxPositionSet :exec
@@ -426,6 +446,65 @@ func (q *Queries) OutboxList(ctx context.Context, db DBTX, arg OutboxListParams)
 	return items, nil
 }
 
+const outboxLostRecently = `-- name: OutboxLostRecently :one
+SELECT count(*) AS lost,
+       count(*) FILTER (WHERE published_at IS NULL) AS waiting,
+       coalesce((array_agg(event_id ORDER BY lost_at DESC))[1], '')::text AS newest
+FROM outbox WHERE lost_at >= $1::timestamptz
+`
+
+type OutboxLostRecentlyRow struct {
+	Lost    int64
+	Waiting int64
+	Newest  string
+}
+
+// Events found lost since @since: how many, how many of them are not
+// published again yet, and the newest one's event id.
+func (q *Queries) OutboxLostRecently(ctx context.Context, db DBTX, since time.Time) (OutboxLostRecentlyRow, error) {
+	row := db.QueryRow(ctx, outboxLostRecently, since)
+	var i OutboxLostRecentlyRow
+	err := row.Scan(&i.Lost, &i.Waiting, &i.Newest)
+	return i, err
+}
+
+const outboxMarkLost = `-- name: OutboxMarkLost :one
+UPDATE outbox
+SET published_at = NULL, stream = NULL, stream_seq = NULL, verified_at = NULL,
+    lost_at = now(), losses = losses + 1,
+    last_cause = 'lost', last_error = $1, last_failed_at = now(),
+    next_attempt_at = greatest(now(), published_at + make_interval(secs => $2::float8) + make_interval(secs => $3::float8))
+WHERE id = $4 AND published_at IS NOT NULL AND stream_seq = $5
+RETURNING next_attempt_at
+`
+
+type OutboxMarkLostParams struct {
+	Why                    *string
+	DuplicateWindowSeconds float64
+	MarginSeconds          float64
+	ID                     int64
+	StreamSeq              pgtype.Int8
+}
+
+// The stream no longer holds this published row's event: the row is put
+// back in line, to be published again with its event id as Nats-Msg-Id
+// once the stream's duplicate window (counted from the first store, which
+// was before published_at) can no longer take it for a duplicate of the
+// lost copy (plus a margin: the server forgets ids on a timer). Only when it is still as the caller found it (another relay's
+// verify may have been first). Returns when it is due.
+func (q *Queries) OutboxMarkLost(ctx context.Context, db DBTX, arg OutboxMarkLostParams) (time.Time, error) {
+	row := db.QueryRow(ctx, outboxMarkLost,
+		arg.Why,
+		arg.DuplicateWindowSeconds,
+		arg.MarginSeconds,
+		arg.ID,
+		arg.StreamSeq,
+	)
+	var next_attempt_at time.Time
+	err := row.Scan(&next_attempt_at)
+	return next_attempt_at, err
+}
+
 const outboxMarkOutage = `-- name: OutboxMarkOutage :exec
 UPDATE outbox o
 SET outages = o.outages + 1,
@@ -464,23 +543,49 @@ func (q *Queries) OutboxMarkOutage(ctx context.Context, db DBTX, arg OutboxMarkO
 }
 
 const outboxMarkPublished = `-- name: OutboxMarkPublished :exec
-UPDATE outbox SET published_at = now(), last_error = NULL
-WHERE id = ANY($1::bigint[])
+UPDATE outbox o
+SET published_at = clock_timestamp(), last_error = NULL, stream = u.stream, stream_seq = u.seq, verified_at = NULL
+FROM (SELECT unnest($1::bigint[]) AS id,
+             unnest($2::text[]) AS stream,
+             unnest($3::bigint[]) AS seq) AS u
+WHERE o.id = u.id
 `
 
-func (q *Queries) OutboxMarkPublished(ctx context.Context, db DBTX, ids []int64) error {
-	_, err := db.Exec(ctx, outboxMarkPublished, ids)
+type OutboxMarkPublishedParams struct {
+	Ids     []int64
+	Streams []string
+	Seqs    []int64
+}
+
+// With the stream and sequence of the PubAck of each row; published_at is the
+// time of the statement, after every PubAck (the transaction of the batch began
+// before its publishes).
+func (q *Queries) OutboxMarkPublished(ctx context.Context, db DBTX, arg OutboxMarkPublishedParams) error {
+	_, err := db.Exec(ctx, outboxMarkPublished, arg.Ids, arg.Streams, arg.Seqs)
 	return err
 }
 
 const outboxMarkPublishedByEventID = `-- name: OutboxMarkPublishedByEventID :exec
-UPDATE outbox SET published_at = now(), last_error = NULL
-WHERE event_id = ANY($1::text[]) AND published_at IS NULL
+UPDATE outbox o
+SET published_at = clock_timestamp(), last_error = NULL, stream = u.stream, stream_seq = u.seq, verified_at = NULL
+FROM (SELECT unnest($1::text[]) AS event_id,
+             unnest($2::text[]) AS stream,
+             unnest($3::bigint[]) AS seq) AS u
+WHERE o.event_id = u.event_id AND o.published_at IS NULL
 `
 
-// Marks rows the writer's own relay published right after commit.
-func (q *Queries) OutboxMarkPublishedByEventID(ctx context.Context, db DBTX, eventIds []string) error {
-	_, err := db.Exec(ctx, outboxMarkPublishedByEventID, eventIds)
+type OutboxMarkPublishedByEventIDParams struct {
+	EventIds []string
+	Streams  []string
+	Seqs     []int64
+}
+
+// Marks rows the writer's own relay published right after commit, with
+// the stream and sequence of each one's PubAck. published_at is the
+// time of the statement (after the PubAck, so after the server stored it), not
+// the time of the transaction: the verify counts the duplicate window from it.
+func (q *Queries) OutboxMarkPublishedByEventID(ctx context.Context, db DBTX, arg OutboxMarkPublishedByEventIDParams) error {
+	_, err := db.Exec(ctx, outboxMarkPublishedByEventID, arg.EventIds, arg.Streams, arg.Seqs)
 	return err
 }
 
@@ -539,6 +644,67 @@ func (q *Queries) OutboxNotify(ctx context.Context, db DBTX) error {
 	return err
 }
 
+const outboxOutsideStream = `-- name: OutboxOutsideStream :many
+SELECT id, event_id, stream_seq::bigint AS stream_seq, published_at::timestamptz AS published_at
+FROM outbox
+WHERE published_at IS NOT NULL AND stream_seq IS NOT NULL AND stream = $1
+  AND published_at >= $2::timestamptz
+  AND (stream_seq < $3::bigint OR stream_seq > $4::bigint
+       OR stream_seq = ANY($5::bigint[]))
+ORDER BY stream_seq
+LIMIT $6
+`
+
+type OutboxOutsideStreamParams struct {
+	Stream   *string
+	Since    time.Time
+	FirstSeq int64
+	LastSeq  int64
+	Deleted  []int64
+	Max      int32
+}
+
+type OutboxOutsideStreamRow struct {
+	ID          int64
+	EventID     string
+	StreamSeq   int64
+	PublishedAt time.Time
+}
+
+// Published rows of a stream published since @since whose sequence the
+// stream no longer holds: below its first, above its last, or deleted.
+func (q *Queries) OutboxOutsideStream(ctx context.Context, db DBTX, arg OutboxOutsideStreamParams) ([]OutboxOutsideStreamRow, error) {
+	rows, err := db.Query(ctx, outboxOutsideStream,
+		arg.Stream,
+		arg.Since,
+		arg.FirstSeq,
+		arg.LastSeq,
+		arg.Deleted,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxOutsideStreamRow
+	for rows.Next() {
+		var i OutboxOutsideStreamRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.EventID,
+			&i.StreamSeq,
+			&i.PublishedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxRedrive = `-- name: OutboxRedrive :many
 UPDATE outbox
 SET quarantined_at = NULL, attempts = 0, outages = 0,
@@ -573,6 +739,102 @@ func (q *Queries) OutboxRedrive(ctx context.Context, db DBTX, arg OutboxRedriveP
 		return nil, err
 	}
 	return items, nil
+}
+
+const outboxStoredStreams = `-- name: OutboxStoredStreams :many
+WITH RECURSIVE s AS (
+    (SELECT stream FROM outbox
+     WHERE published_at IS NOT NULL AND stream_seq IS NOT NULL
+     ORDER BY stream LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.stream FROM outbox o
+            WHERE o.published_at IS NOT NULL AND o.stream_seq IS NOT NULL AND o.stream > s.stream
+            ORDER BY o.stream LIMIT 1)
+    FROM s WHERE s.stream IS NOT NULL
+)
+SELECT stream::text FROM s WHERE stream IS NOT NULL
+`
+
+// The streams published rows were stored in (a skip scan of outbox_stored).
+func (q *Queries) OutboxStoredStreams(ctx context.Context, db DBTX) ([]string, error) {
+	rows, err := db.Query(ctx, outboxStoredStreams)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var stream string
+		if err := rows.Scan(&stream); err != nil {
+			return nil, err
+		}
+		items = append(items, stream)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxToVerify = `-- name: OutboxToVerify :many
+SELECT id, event_id, stream::text AS stream, stream_seq::bigint AS stream_seq, published_at::timestamptz AS published_at
+FROM outbox
+WHERE published_at IS NOT NULL AND stream_seq IS NOT NULL
+  AND published_at >= $1::timestamptz
+  AND (verified_at IS NULL OR verified_at < $2::timestamptz)
+ORDER BY verified_at NULLS FIRST, id
+LIMIT $3
+`
+
+type OutboxToVerifyParams struct {
+	Since  time.Time
+	Before time.Time
+	Max    int32
+}
+
+type OutboxToVerifyRow struct {
+	ID          int64
+	EventID     string
+	Stream      string
+	StreamSeq   int64
+	PublishedAt time.Time
+}
+
+// Published rows to read back: never read back first, then those read
+// back longest ago (before @before), published since @since.
+func (q *Queries) OutboxToVerify(ctx context.Context, db DBTX, arg OutboxToVerifyParams) ([]OutboxToVerifyRow, error) {
+	rows, err := db.Query(ctx, outboxToVerify, arg.Since, arg.Before, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxToVerifyRow
+	for rows.Next() {
+		var i OutboxToVerifyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.EventID,
+			&i.Stream,
+			&i.StreamSeq,
+			&i.PublishedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxVerified = `-- name: OutboxVerified :exec
+UPDATE outbox SET verified_at = now() WHERE id = ANY($1::bigint[])
+`
+
+func (q *Queries) OutboxVerified(ctx context.Context, db DBTX, ids []int64) error {
+	_, err := db.Exec(ctx, outboxVerified, ids)
+	return err
 }
 
 const outboxWaiting = `-- name: OutboxWaiting :many

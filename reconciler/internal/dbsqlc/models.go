@@ -93,6 +93,11 @@ type Outbox struct {
 	Outages       int32
 	LastFailedAt  *time.Time
 	RedrivenAt    *time.Time
+	Stream        *string
+	StreamSeq     pgtype.Int8
+	VerifiedAt    *time.Time
+	LostAt        *time.Time
+	Losses        int32
 }
 
 type Process struct {

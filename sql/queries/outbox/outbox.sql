@@ -5,9 +5,16 @@ INSERT INTO outbox (event_id, nats_subject, headers, data, next_attempt_at)
 VALUES (@event_id, @nats_subject, @headers, @data, now() + make_interval(secs => @delay_seconds::float8));
 
 -- name: OutboxMarkPublishedByEventID :exec
--- Marks rows the writer's own relay published right after commit.
-UPDATE outbox SET published_at = now(), last_error = NULL
-WHERE event_id = ANY(@event_ids::text[]) AND published_at IS NULL;
+-- Marks rows the writer's own relay published right after commit, with
+-- the stream and sequence of each one's PubAck. published_at is the
+-- time of the statement (after the PubAck, so after the server stored it), not
+-- the time of the transaction: the verify counts the duplicate window from it.
+UPDATE outbox o
+SET published_at = clock_timestamp(), last_error = NULL, stream = u.stream, stream_seq = u.seq, verified_at = NULL
+FROM (SELECT unnest(@event_ids::text[]) AS event_id,
+             unnest(@streams::text[]) AS stream,
+             unnest(@seqs::bigint[]) AS seq) AS u
+WHERE o.event_id = u.event_id AND o.published_at IS NULL;
 
 -- name: OutboxNotify :exec
 SELECT pg_notify('outbox_' || current_schema(), '');
@@ -27,8 +34,15 @@ LIMIT @max
 FOR UPDATE SKIP LOCKED;
 
 -- name: OutboxMarkPublished :exec
-UPDATE outbox SET published_at = now(), last_error = NULL
-WHERE id = ANY(@ids::bigint[]);
+-- With the stream and sequence of the PubAck of each row; published_at is the
+-- time of the statement, after every PubAck (the transaction of the batch began
+-- before its publishes).
+UPDATE outbox o
+SET published_at = clock_timestamp(), last_error = NULL, stream = u.stream, stream_seq = u.seq, verified_at = NULL
+FROM (SELECT unnest(@ids::bigint[]) AS id,
+             unnest(@streams::text[]) AS stream,
+             unnest(@seqs::bigint[]) AS seq) AS u
+WHERE o.id = u.id;
 
 -- name: OutboxMarkRefused :one
 -- The server refused this event itself: counts towards quarantine.
@@ -166,3 +180,71 @@ FOR UPDATE;
 UPDATE inbox_position
 SET ack_floor = @ack_floor, stream_created = @stream_created, first_seq = @first_seq, last_seq = @last_seq, updated_at = now()
 WHERE consumer = @consumer AND stream = @stream;
+
+-- name: InboxPositionGet :one
+-- The stored ack floor of a consumer on a stream, 0 when none is stored.
+SELECT COALESCE((SELECT ack_floor FROM inbox_position
+                 WHERE consumer = @consumer AND stream = @stream), 0)::bigint;
+
+-- name: OutboxStoredStreams :many
+-- The streams published rows were stored in (a skip scan of outbox_stored).
+WITH RECURSIVE s AS (
+    (SELECT stream FROM outbox
+     WHERE published_at IS NOT NULL AND stream_seq IS NOT NULL
+     ORDER BY stream LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.stream FROM outbox o
+            WHERE o.published_at IS NOT NULL AND o.stream_seq IS NOT NULL AND o.stream > s.stream
+            ORDER BY o.stream LIMIT 1)
+    FROM s WHERE s.stream IS NOT NULL
+)
+SELECT stream::text FROM s WHERE stream IS NOT NULL;
+
+-- name: OutboxOutsideStream :many
+-- Published rows of a stream published since @since whose sequence the
+-- stream no longer holds: below its first, above its last, or deleted.
+SELECT id, event_id, stream_seq::bigint AS stream_seq, published_at::timestamptz AS published_at
+FROM outbox
+WHERE published_at IS NOT NULL AND stream_seq IS NOT NULL AND stream = @stream
+  AND published_at >= @since::timestamptz
+  AND (stream_seq < @first_seq::bigint OR stream_seq > @last_seq::bigint
+       OR stream_seq = ANY(@deleted::bigint[]))
+ORDER BY stream_seq
+LIMIT @max;
+
+-- name: OutboxToVerify :many
+-- Published rows to read back: never read back first, then those read
+-- back longest ago (before @before), published since @since.
+SELECT id, event_id, stream::text AS stream, stream_seq::bigint AS stream_seq, published_at::timestamptz AS published_at
+FROM outbox
+WHERE published_at IS NOT NULL AND stream_seq IS NOT NULL
+  AND published_at >= @since::timestamptz
+  AND (verified_at IS NULL OR verified_at < @before::timestamptz)
+ORDER BY verified_at NULLS FIRST, id
+LIMIT @max;
+
+-- name: OutboxVerified :exec
+UPDATE outbox SET verified_at = now() WHERE id = ANY(@ids::bigint[]);
+
+-- name: OutboxMarkLost :one
+-- The stream no longer holds this published row's event: the row is put
+-- back in line, to be published again with its event id as Nats-Msg-Id
+-- once the stream's duplicate window (counted from the first store, which
+-- was before published_at) can no longer take it for a duplicate of the
+-- lost copy (plus a margin: the server forgets ids on a timer). Only when it is still as the caller found it (another relay's
+-- verify may have been first). Returns when it is due.
+UPDATE outbox
+SET published_at = NULL, stream = NULL, stream_seq = NULL, verified_at = NULL,
+    lost_at = now(), losses = losses + 1,
+    last_cause = 'lost', last_error = @why, last_failed_at = now(),
+    next_attempt_at = greatest(now(), published_at + make_interval(secs => @duplicate_window_seconds::float8) + make_interval(secs => @margin_seconds::float8))
+WHERE id = @id AND published_at IS NOT NULL AND stream_seq = @stream_seq
+RETURNING next_attempt_at;
+
+-- name: OutboxLostRecently :one
+-- Events found lost since @since: how many, how many of them are not
+-- published again yet, and the newest one's event id.
+SELECT count(*) AS lost,
+       count(*) FILTER (WHERE published_at IS NULL) AS waiting,
+       coalesce((array_agg(event_id ORDER BY lost_at DESC))[1], '')::text AS newest
+FROM outbox WHERE lost_at >= @since::timestamptz;
