@@ -621,6 +621,8 @@ func (r *Runner) fenced(job string, claimed *dbsqlc.Step) bool {
 	if !r.cfg.Liveness.Fenced() {
 		return false
 	}
+	op := map[string]string{"forward": "do", "undo": "undo", "verify": "status"}[job]
+	r.calls.WithLabelValues(op, "fenced").Inc()
 	r.log.Warn("saga: fenced (liveness not confirmed): abandoning a claimed call; its lease runs out or a peer takes it", "job", job, "trip_id", claimed.TripID, "key", claimed.IdempotencyKey)
 	return true
 }
