@@ -43,8 +43,10 @@ type Config struct {
 	// Liveness, when set, is this process's membership among the
 	// service's replicas: the leases the runner takes name it as owner,
 	// and the runner ends early (and takes) the leases of dead replicas:
-	// at start, in the recovery pass, and every [BeatInterval]. When nil,
-	// a lease ends only when its time runs out (2 × CallTimeout + 1 s).
+	// at start, in the recovery pass, and every [BeatInterval]. While it
+	// is fenced (no beat confirmed for [FenceAfter]) the runner claims
+	// nothing and starts no company call. When nil, a lease ends only
+	// when its time runs out (2 × CallTimeout + 1 s).
 	Liveness *Liveness
 	// Relay, when set, is the process's outbox relay: it publishes the
 	// events the runner writes right after their commit
@@ -123,6 +125,9 @@ func New(cfg Config) (*Runner, error) {
 			Name: "tripsaga_incidents_raised_total", Help: "Incidents raised for a person.",
 			ConstLabels: prometheus.Labels{"step": cfg.Spec.Name},
 		}),
+	}
+	if cfg.Liveness != nil {
+		cfg.Liveness.noteCallTimeout(cfg.Timing.CallTimeout)
 	}
 	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{r.calls, r.raised} {
@@ -357,6 +362,9 @@ func (r *Runner) RecoveryPass(ctx context.Context) (int, error) {
 	// hanging company: Run goes on from there.
 	stop := time.Now().Add(2*r.t.CallTimeout + time.Second)
 	for first := true; first || time.Now().Before(stop); first = false {
+		if r.cfg.Liveness.Fenced() {
+			return total, nil // no call could be made; Run goes on once a beat commits
+		}
 		if err := r.releaseDead(ctx, true); err != nil {
 			return total, err
 		}
@@ -379,6 +387,9 @@ func (r *Runner) RecoveryPass(ctx context.Context) (int, error) {
 }
 
 func (r *Runner) dispatch(ctx context.Context) (int, error) {
+	if r.cfg.Liveness.Fenced() {
+		return 0, nil // no call could be made; Liveness.Run says why
+	}
 	free := cap(r.sem) - len(r.sem)
 	if free == 0 {
 		r.full.Store(true)
@@ -527,8 +538,17 @@ func (r *Runner) claim(ctx context.Context, max int, verifyNow bool) ([]func(con
 	return jobs, nil
 }
 
+// call makes one company call with its deadline CallTimeout from now, or
+// none, returning [ErrFenced], once this process is fenced: a call started
+// before the fence ends by the fence + CallTimeout, before any peer may
+// take the row (see [FenceAfter]).
 func (r *Runner) call(ctx context.Context, op string, f func(context.Context) (provider.Result, error)) (provider.Result, error) {
-	cctx, cancel := context.WithTimeout(ctx, r.t.CallTimeout)
+	now := time.Now()
+	if at, ok := r.cfg.Liveness.FenceAt(); ok && !now.Before(at) {
+		r.calls.WithLabelValues(op, "fenced").Inc()
+		return provider.Result{}, ErrFenced
+	}
+	cctx, cancel := context.WithDeadline(ctx, now.Add(r.t.CallTimeout))
 	defer cancel()
 	res, err := f(cctx)
 	outcome := string(res.Outcome)
@@ -594,10 +614,23 @@ func (r *Runner) leaseCovers(ctx context.Context, claimed *dbsqlc.Step) bool {
 	return true
 }
 
+// fenced reports, and logs, that a claimed job is abandoned because this
+// process is fenced: nothing is called or written; the row's lease runs
+// out, or a peer takes it after [Liveness.TakeoverAfter].
+func (r *Runner) fenced(job string, claimed *dbsqlc.Step) bool {
+	if !r.cfg.Liveness.Fenced() {
+		return false
+	}
+	op := map[string]string{"forward": "do", "undo": "undo", "verify": "status"}[job]
+	r.calls.WithLabelValues(op, "fenced").Inc()
+	r.log.Warn("saga: fenced (liveness not confirmed): abandoning a claimed call; its lease runs out or a peer takes it", "job", job, "trip_id", claimed.TripID, "key", claimed.IdempotencyKey)
+	return true
+}
+
 // forward calls the company for a claimed row (status started) and records
 // the answer.
 func (r *Runner) forward(ctx context.Context, claimed dbsqlc.Step) {
-	if !r.leaseCovers(ctx, &claimed) {
+	if r.fenced("forward", &claimed) || !r.leaseCovers(ctx, &claimed) {
 		return
 	}
 	ctx, span := r.startSpan(ctx, "forward", &claimed)
@@ -740,7 +773,7 @@ func (r *Runner) learnUndo(ctx context.Context, key string, res provider.Result,
 
 // undo calls the company's undo by key for a claimed compensating row.
 func (r *Runner) undo(ctx context.Context, claimed dbsqlc.Step) {
-	if !r.leaseCovers(ctx, &claimed) {
+	if r.fenced("undo", &claimed) || !r.leaseCovers(ctx, &claimed) {
 		return
 	}
 	ctx, span := r.startSpan(ctx, "undo", &claimed)
@@ -826,6 +859,9 @@ func (r *Runner) undo(ctx context.Context, claimed dbsqlc.Step) {
 // the contract (see provider.ErrUnknownOutcome) decides nothing: the
 // question is asked again after VerifyAfter/2.
 func (r *Runner) verify(ctx context.Context, claimed dbsqlc.Step) {
+	if r.fenced("verify", &claimed) {
+		return
+	}
 	ctx, span := r.startSpan(ctx, "verify", &claimed)
 	defer span.End()
 	res, callErr := r.call(ctx, "status", func(ctx context.Context) (provider.Result, error) {

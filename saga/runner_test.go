@@ -72,11 +72,11 @@ func liveness(t *testing.T, b *bundle, instance string) *saga.Liveness {
 func killSession(t *testing.T, b *bundle, l *saga.Liveness) {
 	var ok bool
 	require.NoError(t, b.pool.QueryRow(context.Background(),
-		"SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND objid::bigint = $1 AND granted", l.ID()).Scan(&ok))
+		"SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND objid::bigint = $1 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())", l.ID()).Scan(&ok))
 	require.True(t, ok)
 	testenv.Eventually(t, func() bool {
 		var n int
-		_ = b.pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND objid::bigint = $1", l.ID()).Scan(&n)
+		_ = b.pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND objid::bigint = $1 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())", l.ID()).Scan(&n)
 		return n == 0
 	}, "the session's lock is released")
 }

@@ -203,6 +203,7 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	cfg.ConnConfig.RuntimeParams["application_name"] = "tripsaga-" + name
+	netSettings(cfg) // keepalives and timeouts: a silent peer is noticed (netconfig.go)
 	if cfg.MaxConns < 8 {
 		cfg.MaxConns = 8
 	}
@@ -223,7 +224,7 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 		// would only time out): the identity is not this service's.
 		start, refused := context.WithCancelCause(ctx)
 		defer refused(nil)
-		p.NATS, err = ConnectNATS(env, name, nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		p.NATS, err = ConnectNATS(env, name, append(natsNetOptions(), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 				if errors.Is(err, nats.ErrPermissionViolation) {
 					refused(err)
@@ -231,7 +232,7 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 					return
 				}
 				log.Warn("nats: asynchronous error", "err", err)
-			}))
+			}))...)
 		if err != nil {
 			p.Pool.Close()
 			return nil, err

@@ -1,0 +1,85 @@
+package app
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+)
+
+// Network timeouts of every service process, so a silent peer (a
+// partition that sends no reset, a host gone without closing) is noticed
+// within a stated time instead of the OS's two-hour keepalive default.
+// README "Configuration" lists what each bounds.
+const (
+	// PGConnectTimeout bounds opening a PostgreSQL connection (TCP, TLS,
+	// SCRAM), unless DATABASE_URL sets connect_timeout.
+	PGConnectTimeout = 5 * time.Second
+	// PGKeepAliveIdle, PGKeepAliveInterval and PGKeepAliveCount are TCP
+	// keepalives on both ends of every PostgreSQL connection (client: the
+	// dialer; server: tcp_keepalives_idle/interval/count, PostgreSQL docs
+	// "Connection Settings"): an idle connection whose peer is gone is
+	// closed within idle + interval × count = 8 s.
+	PGKeepAliveIdle     = 5 * time.Second
+	PGKeepAliveInterval = time.Second
+	PGKeepAliveCount    = 3
+	// PGUserTimeout is the server's tcp_user_timeout (Linux TCP_USER_TIMEOUT,
+	// RFC 5482): a connection whose sent data stays unacknowledged that
+	// long is closed, which keepalives (idle connections only) do not cover.
+	PGUserTimeout = 8 * time.Second
+	// PGStatementTimeout is statement_timeout: no statement of a service
+	// runs longer.
+	PGStatementTimeout = time.Minute
+	// PGIdleInTransactionTimeout is idle_in_transaction_session_timeout: a
+	// session whose client went silent inside a transaction is ended and
+	// its row locks freed. Above the relay's PubAck wait (10 s), the
+	// longest a transaction of ours waits on something else.
+	PGIdleInTransactionTimeout = 30 * time.Second
+	// NATSPingInterval and NATSMaxPingsOut: a NATS server that stops
+	// answering pings is taken as gone, and reconnected to, after
+	// interval × (max + 1) = 8 s at most (nats.go's defaults: 2 min × 2).
+	NATSPingInterval = 2 * time.Second
+	NATSMaxPingsOut  = 3
+	// NATSDialTimeout bounds opening a NATS connection.
+	NATSDialTimeout = 5 * time.Second
+)
+
+// netSettings sets the network timeouts above on a PostgreSQL pool's
+// configuration: the server's through runtime parameters (sent at
+// connection start, so they hold for the session's life), the client's
+// on its dialer. A setting DATABASE_URL already gives (options=-c ... or
+// connect_timeout) is kept.
+func netSettings(cfg *pgxpool.Config) {
+	cc := cfg.ConnConfig
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+	for k, v := range map[string]string{
+		"tcp_keepalives_idle":                 strconv.Itoa(int(PGKeepAliveIdle.Seconds())),
+		"tcp_keepalives_interval":             strconv.Itoa(int(PGKeepAliveInterval.Seconds())),
+		"tcp_keepalives_count":                strconv.Itoa(PGKeepAliveCount),
+		"tcp_user_timeout":                    ms(PGUserTimeout),
+		"statement_timeout":                   ms(PGStatementTimeout),
+		"idle_in_transaction_session_timeout": ms(PGIdleInTransactionTimeout),
+	} {
+		if _, ok := cc.RuntimeParams[k]; !ok && !strings.Contains(cc.RuntimeParams["options"], k+"=") {
+			cc.RuntimeParams[k] = v
+		}
+	}
+	if cc.ConnectTimeout == 0 {
+		cc.ConnectTimeout = PGConnectTimeout
+	}
+	d := &net.Dialer{KeepAliveConfig: net.KeepAliveConfig{
+		Enable: true, Idle: PGKeepAliveIdle, Interval: PGKeepAliveInterval, Count: PGKeepAliveCount,
+	}}
+	cc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return d.DialContext(ctx, network, addr)
+	}
+}
+
+// natsNetOptions are the NATS client's timeouts above.
+func natsNetOptions() []nats.Option {
+	return []nats.Option{nats.PingInterval(NATSPingInterval), nats.MaxPingsOutstanding(NATSMaxPingsOut), nats.Timeout(NATSDialTimeout)}
+}
