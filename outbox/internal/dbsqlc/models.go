@@ -102,6 +102,7 @@ type Step struct {
 	Owner          *int32
 	Traceparent    *string
 	Tracestate     *string
+	DueAfterCall   bool
 }
 
 type TripPause struct {

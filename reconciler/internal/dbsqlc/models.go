@@ -128,6 +128,7 @@ type Step struct {
 	Owner          *int32
 	Traceparent    *string
 	Tracestate     *string
+	DueAfterCall   bool
 }
 
 type TripPause struct {

@@ -104,6 +104,7 @@ type Step struct {
 	Owner          *int32
 	Traceparent    *string
 	Tracestate     *string
+	DueAfterCall   bool
 }
 
 type Trip struct {
