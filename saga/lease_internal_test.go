@@ -44,7 +44,7 @@ func TestAJobThatWaitedPastItsLease(t *testing.T) {
 		require.NoError(t, err)
 		row, err := queries.StepInsertStarted(ctx, tx, dbsqlc.StepInsertStartedParams{
 			TripID: trip, Step: "hotel", IdempotencyKey: trip + ":hotel", Request: []byte(`{}`), Fingerprint: "x", Trip: []byte(`null`),
-			DeadlineAt: time.Now().Add(time.Hour), LeaseUntil: time.Now().Add(100 * time.Millisecond), // most of it spent waiting
+			DeadlineMs: ms(time.Hour), LeaseMs: 100, // most of it spent waiting
 		})
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit(ctx))

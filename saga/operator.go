@@ -82,11 +82,10 @@ func (r *Runner) skipPaused(ctx context.Context, tx pgx.Tx, rows []dbsqlc.Step, 
 	if err != nil || len(paused) == 0 {
 		return rows, err
 	}
-	at := time.Now().Add(PauseRecheck)
 	if verify {
-		err = queries.StepPostponeVerify(ctx, tx, dbsqlc.StepPostponeVerifyParams{At: &at, TripIds: paused, Step: r.cfg.Spec.Name})
+		err = queries.StepPostponeVerify(ctx, tx, dbsqlc.StepPostponeVerifyParams{AfterMs: ms(PauseRecheck), TripIds: paused, Step: r.cfg.Spec.Name})
 	} else {
-		err = queries.StepPostpone(ctx, tx, dbsqlc.StepPostponeParams{At: at, TripIds: paused, Step: r.cfg.Spec.Name})
+		err = queries.StepPostpone(ctx, tx, dbsqlc.StepPostponeParams{AfterMs: ms(PauseRecheck), TripIds: paused, Step: r.cfg.Spec.Name})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("postpone paused trips: %w", err)
@@ -123,11 +122,22 @@ func (r *Runner) Operate(ctx context.Context, tx pgx.Tx, e event.Event, d events
 		if err != nil {
 			return err
 		}
-		n, err := queries.StepDueNow(ctx, tx, trip)
+		rows, err := queries.StepDueNow(ctx, tx, trip)
 		if err != nil {
 			return err
 		}
-		effect = fmt.Sprintf("%d unfinished step(s) due now", n)
+		later := 0
+		for _, row := range rows {
+			if row.DueAfterCall {
+				later++
+			}
+		}
+		effect = fmt.Sprintf("%d unfinished step(s) due now", len(rows)-later)
+		if later > 0 {
+			// Never a second call of a key in flight: the owner makes the
+			// row due when it writes its call's answer.
+			effect += fmt.Sprintf(", %d as soon as its call in flight ends", later)
+		}
 		if unpaused > 0 {
 			effect += "; pause lifted"
 		}
@@ -170,6 +180,10 @@ func (r *Runner) undoLeak(ctx context.Context, tx pgx.Tx, trip string) (string, 
 	if r.cfg.Spec.Class == events.ForwardOnly {
 		return "refused: step " + r.cfg.Spec.Name + " is forward-only, never undone", nil
 	}
+	now, err := r.dbNow(ctx, tx)
+	if err != nil {
+		return "", err
+	}
 	row, err := queries.StepGetForUpdate(ctx, tx, dbsqlc.StepGetForUpdateParams{TripID: trip, Step: r.cfg.Spec.Name})
 	if errors.Is(err, pgx.ErrNoRows) {
 		if _, err := queries.StepInsertOperatorUndo(ctx, tx, dbsqlc.StepInsertOperatorUndoParams{
@@ -187,7 +201,7 @@ func (r *Runner) undoLeak(ctx context.Context, tx pgx.Tx, trip string) (string, 
 		was := row.Status
 		row.Status = string(Compensating)
 		row.UndoCause = new(CauseOperator)
-		row.NextAttemptAt = time.Now()
+		row.NextAttemptAt = now
 		row.VerifyAt = nil
 		row.Outcome = new("an operator asked to undo a leaked record (the step was " + was + ")")
 		if err := update(ctx, tx, row); err != nil {
@@ -198,7 +212,7 @@ func (r *Runner) undoLeak(ctx context.Context, tx pgx.Tx, trip string) (string, 
 		if r.cfg.Origin == nil {
 			break
 		}
-		if time.Since(row.CreatedAt) >= events.MaxAge {
+		if now.Sub(row.CreatedAt) >= events.MaxAge {
 			// The streams no longer keep its trip.requested, if it had one.
 			return "refused: step is done and older than the streams keep a trip.requested (" + events.MaxAge.String() + "); its own saga owns the record", nil
 		}
@@ -213,7 +227,7 @@ func (r *Runner) undoLeak(ctx context.Context, tx pgx.Tx, trip string) (string, 
 		// for a forged trigger), so nothing else will ever undo it.
 		row.Status = string(Compensating)
 		row.UndoCause = new(CauseOperator)
-		row.NextAttemptAt = time.Now()
+		row.NextAttemptAt = now
 		row.VerifyAt = nil
 		row.Outcome = new("an operator asked to undo a leaked record of a trip the trips service never took (the step was done)")
 		if err := update(ctx, tx, row); err != nil {

@@ -83,8 +83,11 @@ type Runner struct {
 	// nextDue is when the soonest row is due (unix ns), as the last claim
 	// that took fewer rows than it could read it; 0 when unknown.
 	nextDue atomic.Int64
-	calls   *prometheus.CounterVec
-	raised  prometheus.Counter
+	// clock estimates the database's clock, which decides every lease
+	// (see clock.go).
+	clock  dbClock
+	calls  *prometheus.CounterVec
+	raised prometheus.Counter
 }
 
 // New returns a runner. It returns an error wrapping [ErrInvalidConfig]
@@ -180,11 +183,10 @@ func (r *Runner) Request(ctx context.Context, tx pgx.Tx, req Request) (bool, err
 		// started, with a lease, and the call is made once it commits. A
 		// crash before the call leaves a started row, which is asked
 		// about again by key like any other.
-		lease := time.Now().Add(2*r.t.CallTimeout + time.Second)
 		row, err := queries.StepInsertStarted(ctx, tx, dbsqlc.StepInsertStartedParams{
 			TripID: req.TripID, Step: r.cfg.Spec.Name, IdempotencyKey: key,
 			Request: body, Fingerprint: hex.EncodeToString(sum[:]), Trip: trip,
-			DeadlineAt: time.Now().Add(r.t.StepDeadline), LeaseUntil: lease, Owner: r.owner(),
+			DeadlineMs: ms(r.t.StepDeadline), LeaseMs: ms(r.leaseFor()), Owner: r.owner(),
 			Traceparent: tp, Tracestate: ts,
 		})
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -199,7 +201,7 @@ func (r *Runner) Request(ctx context.Context, tx pgx.Tx, req Request) (bool, err
 	n, err := queries.StepInsertIfAbsent(ctx, tx, dbsqlc.StepInsertIfAbsentParams{
 		TripID: req.TripID, Step: r.cfg.Spec.Name, IdempotencyKey: key,
 		Request: body, Fingerprint: hex.EncodeToString(sum[:]), Trip: trip,
-		DeadlineAt: time.Now().Add(r.t.StepDeadline), Traceparent: tp, Tracestate: ts,
+		DeadlineMs: ms(r.t.StepDeadline), Traceparent: tp, Tracestate: ts,
 	})
 	if err != nil {
 		return false, fmt.Errorf("saga: record %s of %s: %w", r.cfg.Spec.Name, req.TripID, err)
@@ -259,7 +261,11 @@ func (r *Runner) undoRow(ctx context.Context, tx pgx.Tx, row dbsqlc.Step) error 
 	switch Status(row.Status) {
 	case Done, Pending, Unknown, Started:
 		if Status(row.Status) != Started { // a call in flight keeps its lease
-			row.NextAttemptAt = time.Now()
+			now, err := r.dbNow(ctx, tx)
+			if err != nil {
+				return err
+			}
+			row.NextAttemptAt = now
 		}
 		row.Status = string(Compensating)
 		row.UndoCause = new(CauseCompensation)
@@ -437,6 +443,10 @@ func (r *Runner) releaseDead(ctx context.Context, force bool) error {
 	return nil
 }
 
+// leaseFor is how long a claim's lease lasts: a job makes up to two calls
+// (the call, then a status by key), each at most CallTimeout, plus 1 s.
+func (r *Runner) leaseFor() time.Duration { return 2*r.t.CallTimeout + time.Second }
+
 // owner is the id leases taken by this runner carry (nil without Liveness).
 func (r *Runner) owner() *int32 {
 	if id := r.cfg.Liveness.ID(); id != 0 {
@@ -463,11 +473,16 @@ func (r *Runner) claim(ctx context.Context, max int, verifyNow bool) ([]func(con
 	if rows, err = r.skipPaused(ctx, tx, rows, false); err != nil {
 		return nil, err
 	}
-	now := time.Now()
+	// The transaction's now(), which StepClaimDue compared with: every
+	// decision and lease of the claim is by the database's clock.
+	now, err := r.dbNow(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
 	// A job makes up to two calls (the call, then a status by key).
 	// PostgreSQL keeps microseconds: a lease written as it will be read
 	// back lets StepUpdate recognise the row (only_if_unchanged).
-	lease := now.Add(2*r.t.CallTimeout + time.Second).Truncate(time.Microsecond)
+	lease := now.Add(r.leaseFor()).Truncate(time.Microsecond)
 	owner := r.owner()
 	var jobs []func(context.Context)
 	for _, row := range rows {
@@ -524,11 +539,12 @@ func (r *Runner) claim(ctx context.Context, max int, verifyNow bool) ([]func(con
 		}
 	}
 	if len(jobs) < max {
-		nd, err := queries.StepNextDue(ctx, tx, r.cfg.Spec.Name)
+		inMs, err := queries.StepNextDue(ctx, tx, r.cfg.Spec.Name)
 		if err != nil {
 			return nil, fmt.Errorf("claim next due: %w", err)
 		}
-		r.nextDue.Store(nd.UnixNano())
+		// The database says in how long; the sleep is timed locally.
+		r.nextDue.Store(time.Now().Add(time.Duration(inMs * float64(time.Millisecond))).UnixNano())
 	} else {
 		r.nextDue.Store(0)
 	}
@@ -596,17 +612,24 @@ func traceOf(ctx context.Context) (traceparent, tracestate *string) {
 // still as claimed; when it is not (its lease ran out and another process,
 // or this one, took the row, or an undo was asked for) the call is not
 // made, so no two calls of one key are ever in flight.
+//
+// The lease is the database's time; what is left of it is judged by the
+// database's clock as this runner last read it (dbClock: never later than
+// the database's), and the renewed lease is the database's now() plus the
+// lease.
 func (r *Runner) leaseCovers(ctx context.Context, claimed *dbsqlc.Step) bool {
-	if time.Until(claimed.NextAttemptAt) >= 2*r.t.CallTimeout+250*time.Millisecond {
+	if now, known := r.clock.estimate(); known && claimed.NextAttemptAt.Sub(now) >= 2*r.t.CallTimeout+250*time.Millisecond {
 		return true
 	}
-	lease := time.Now().Add(2*r.t.CallTimeout + time.Second).Truncate(time.Microsecond)
-	n, err := queries.StepRenewLease(ctx, r.cfg.Pool, dbsqlc.StepRenewLeaseParams{
+	lease, err := queries.StepRenewLease(ctx, r.cfg.Pool, dbsqlc.StepRenewLeaseParams{
 		TripID: claimed.TripID, Step: claimed.Step, Status: claimed.Status,
 		Attempts: claimed.Attempts, UndoAttempts: claimed.UndoAttempts,
-		WasLease: claimed.NextAttemptAt, LeaseUntil: lease,
+		WasLease: claimed.NextAttemptAt, LeaseMs: ms(r.leaseFor()),
 	})
-	if err != nil || n == 0 {
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil
+	}
+	if err != nil || lease.IsZero() {
 		r.log.Info("saga: a claimed call waited past its lease and the row changed meanwhile; not calling", "trip_id", claimed.TripID, "key", claimed.IdempotencyKey, "err", err)
 		return false
 	}
@@ -657,7 +680,10 @@ func (r *Runner) forward(ctx context.Context, claimed dbsqlc.Step) {
 			}
 			return nil, nil
 		}
-		now := time.Now()
+		now, err := r.dbNow(ctx, tx)
+		if err != nil {
+			return nil, err
+		}
 		if callErr != nil {
 			row.Status = string(Unknown)
 			row.LastError = new(callErr.Error())
@@ -795,7 +821,10 @@ func (r *Runner) undo(ctx context.Context, claimed dbsqlc.Step) {
 		if Status(row.Status) != Compensating || row.UndoAttempts != claimed.UndoAttempts {
 			return nil, nil
 		}
-		now := time.Now()
+		now, err := r.dbNow(ctx, tx)
+		if err != nil {
+			return nil, err
+		}
 		var refused *provider.RefusedError
 		if errors.As(callErr, &refused) {
 			// A definitive answer, not an unknown one: say so at once and
@@ -871,30 +900,34 @@ func (r *Runner) verify(ctx context.Context, claimed dbsqlc.Step) {
 		return
 	}
 	err := r.inTx(ctx, claimed, func(tx pgx.Tx, row *dbsqlc.Step) ([]event.Event, error) {
+		now, err := r.dbNow(ctx, tx)
+		if err != nil {
+			return nil, err
+		}
 		if callErr != nil {
 			// Unknown, or an answer that breaks the contract: never taken
 			// as "nothing there"; asked again.
 			r.log.Warn("saga: verification unanswered; will ask again by key", "trip_id", row.TripID, "key", row.IdempotencyKey, "err", callErr)
-			v := time.Now().Add(r.t.VerifyAfter / 2)
+			v := now.Add(r.t.VerifyAfter / 2)
 			row.VerifyAt = &v
 			return nil, nil
 		}
 		row.VerifyAt = nil
-		undoneAt := time.Now()
+		undoneAt := now
 		if row.UndoneAt != nil {
 			undoneAt = *row.UndoneAt
 		}
-		if elapsed := time.Since(undoneAt); res.Outcome != provider.Done && elapsed < r.t.VerifyHorizon {
+		if elapsed := now.Sub(undoneAt); res.Outcome != provider.Done && elapsed < r.t.VerifyHorizon {
 			// Still nothing; a company may commit later yet: ask again,
 			// each time after as long again as has passed (at most 10 min).
-			v := time.Now().Add(min(max(r.t.VerifyAfter, elapsed), 10*time.Minute))
+			v := now.Add(min(max(r.t.VerifyAfter, elapsed), 10*time.Minute))
 			row.VerifyAt = &v
 		}
 		if res.Outcome == provider.Done && res.Status == r.cfg.Spec.ActiveStatus {
 			r.log.Warn("saga: company committed after our undo; undoing again", "trip_id", row.TripID, "key", row.IdempotencyKey)
 			row.Status = string(Compensating)
 			row.Outcome = new("late commit found: " + res.Status)
-			row.NextAttemptAt = time.Now()
+			row.NextAttemptAt = now
 			if res.Ref != "" {
 				row.CompanyRef = &res.Ref
 			}

@@ -49,6 +49,48 @@ type Config struct {
 	// {"shared_preload_libraries": "pg_stat_statements"}. Values hold no
 	// quote characters.
 	Settings map[string]string
+	// ClockOffset, when not zero, runs the server with its clock that far
+	// ahead (positive) or behind (negative) of the machine's, by
+	// libfaketime ([FaketimeLibrary], LD_PRELOAD with FAKETIME="+10s"):
+	// now(), clock_timestamp() and every timestamp the server writes move
+	// by it, and the clock runs at its normal rate. For tests of a
+	// database whose clock disagrees with the services' hosts. Whole
+	// milliseconds; Start fails with [ErrNoFaketime] when the library is
+	// not installed. A running server that is adopted keeps its clock.
+	ClockOffset time.Duration
+}
+
+// FaketimeLibrary is libfaketime's preload library as Debian's libfaketime
+// package installs it (apt-get install faketime).
+const FaketimeLibrary = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+// ErrNoFaketime is returned by [Start] for a Config.ClockOffset when
+// [FaketimeLibrary] is missing.
+var ErrNoFaketime = errors.New("pgcluster: ClockOffset needs libfaketime (" + FaketimeLibrary + "): apt-get install faketime")
+
+// HasFaketime reports whether [FaketimeLibrary] is installed, so a
+// Config.ClockOffset can be honoured.
+func HasFaketime() bool {
+	_, err := os.Stat(FaketimeLibrary)
+	return err == nil
+}
+
+// faketimeEnv is the environment that runs a program with its clock off
+// by offset: FAKETIME's relative form "+10.5s"/"-3s" (libfaketime's README,
+// "Relative date offsets"). FAKETIME_DONT_FAKE_MONOTONIC keeps
+// CLOCK_MONOTONIC true, so timeouts and statistics measured with it stay
+// right. The postmaster's children (every backend) inherit it.
+func faketimeEnv(offset time.Duration) []string {
+	ms := offset.Milliseconds()
+	sign := "+"
+	if ms < 0 {
+		sign, ms = "-", -ms
+	}
+	return []string{
+		"LD_PRELOAD=" + FaketimeLibrary,
+		fmt.Sprintf("FAKETIME=%s%d.%03ds", sign, ms/1000, ms%1000),
+		"FAKETIME_DONT_FAKE_MONOTONIC=1",
+	}
 }
 
 // RootHome holds, when Start runs as root and the postgres OS user cannot
@@ -134,6 +176,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if cfg.Dir == "" {
 		return nil, errors.New("pgcluster: Config.Dir is required")
+	}
+	if cfg.ClockOffset != 0 && !HasFaketime() {
+		return nil, ErrNoFaketime
 	}
 	if cfg.Dir, err = filepath.Abs(cfg.Dir); err != nil {
 		return nil, fmt.Errorf("pgcluster: %w", err)
@@ -294,7 +339,11 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	opts += extra
 	logFile := filepath.Join(c.home, "postgres.log")
-	if out, err := c.run(ctx, "pg_ctl", "-D", c.DataDir, "-l", logFile, "-o", opts, "-w", "-t", "60", "start"); err != nil {
+	var env []string
+	if c.cfg.ClockOffset != 0 {
+		env = faketimeEnv(c.cfg.ClockOffset)
+	}
+	if out, err := c.runEnv(ctx, env, "pg_ctl", "-D", c.DataDir, "-l", logFile, "-o", opts, "-w", "-t", "60", "start"); err != nil {
 		log, _ := os.ReadFile(logFile)
 		return fmt.Errorf("pgcluster: pg_ctl start: %w\n%s\n%s", err, out, tail(string(log), 2000))
 	}
@@ -376,9 +425,14 @@ func (c *Cluster) Stop() error {
 }
 
 func (c *Cluster) run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return c.runEnv(ctx, nil, name, args...)
+}
+
+// runEnv is run with env added to the program's environment.
+func (c *Cluster) runEnv(ctx context.Context, env []string, name string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, name), args...)
 	cmd.Dir = c.home
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	cmd.Env = append(append(os.Environ(), "LC_ALL=C"), env...)
 	if c.cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
 	}

@@ -280,3 +280,23 @@ func TestPasswordsRequired(t *testing.T) {
 	}
 	refused(again)
 }
+
+// TestClockOffset runs a cluster 10 s ahead and one 10 s behind the
+// machine's clock (libfaketime) and reads their now() and
+// clock_timestamp(): each is off by the offset, within a second.
+func TestClockOffset(t *testing.T) {
+	testenv.Faketime(t)
+	for _, offset := range []time.Duration{10 * time.Second, -10 * time.Second} {
+		t.Run(offset.String(), func(t *testing.T) {
+			c := start(t, pgcluster.Config{Dir: filepath.Join(traversableTemp(t), "pg"), ClockOffset: offset})
+			for _, fn := range []string{"now()", "clock_timestamp()"} {
+				before := time.Now()
+				got, err := time.Parse(time.RFC3339Nano, query(t, c.URL, "SELECT to_char("+fn+" AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"))
+				require.NoError(t, err)
+				after := time.Now()
+				require.True(t, got.After(before.Add(offset-time.Second)) && got.Before(after.Add(offset+time.Second)),
+					"%s of a cluster %s off reads %s; the machine's clock read %s..%s", fn, offset, got, before, after)
+			}
+		})
+	}
+}

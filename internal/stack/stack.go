@@ -67,6 +67,11 @@ type Config struct {
 	BasePort int
 	// Durable keeps fsync on in the private cluster.
 	Durable bool
+	// PostgresClockOffset runs the private cluster's clock that far ahead
+	// of (or behind, negative) the machine's, by libfaketime
+	// (pgcluster.Config.ClockOffset), while the services keep the
+	// machine's: for tests of hosts whose clocks disagree.
+	PostgresClockOffset time.Duration
 	// Replicas is how many processes of every service ([Services]) run at
 	// once; 0 and 1 mean one of each. The simulators ("sim") stay one.
 	// The first replica of a process keeps its name ("hotel"), the others
@@ -433,7 +438,7 @@ func (s *Stack) start(ctx context.Context) error {
 				return err
 			}
 		}
-		pg, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(cfg.Dir, "pg"), Durable: cfg.Durable})
+		pg, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(cfg.Dir, "pg"), Durable: cfg.Durable, ClockOffset: cfg.PostgresClockOffset})
 		if err != nil {
 			return err
 		}

@@ -274,3 +274,24 @@ func JetStream(tb testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) 
 	}
 	return srv, nc, js
 }
+
+// RequireFaketimeEnv names the environment variable that turns a missing
+// libfaketime from a skip into a failure ([Faketime]); .ci/run sets it.
+const RequireFaketimeEnv = "TRIPSAGA_REQUIRE_FAKETIME"
+
+// Faketime skips the calling test, loudly, when libfaketime is not
+// installed (so pgcluster.Config.ClockOffset cannot be honoured), or fails
+// it when $TRIPSAGA_REQUIRE_FAKETIME is set (CI installs it: there a clock
+// test must run).
+func Faketime(tb testing.TB) {
+	tb.Helper()
+	if pgcluster.HasFaketime() {
+		return
+	}
+	msg := "libfaketime is not installed (" + pgcluster.FaketimeLibrary + "): this test of a database clock that disagrees with the services' cannot run; apt-get install faketime"
+	if os.Getenv(RequireFaketimeEnv) != "" {
+		tb.Fatal(msg + " ($" + RequireFaketimeEnv + " is set)")
+	}
+	tb.Log("SKIPPED (NOT RUN): " + msg)
+	tb.Skip(msg)
+}

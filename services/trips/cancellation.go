@@ -237,7 +237,6 @@ func (s *Service) projectCancellation(ctx context.Context, tx pgx.Tx, row dbsqlc
 			return nil
 		}
 	}
-	now := time.Now()
 	var req events.TripRequest
 	_ = json.Unmarshal(row.Request, &req)
 	fee, refund := row.FeeCents.Int64, row.RefundCents.Int64
@@ -251,13 +250,17 @@ func (s *Service) projectCancellation(ctx context.Context, tx pgx.Tx, row dbsqlc
 	if err := s.requestMail(ctx, tx, ev); err != nil {
 		return err
 	}
-	if err := queries.TripSetCanceledByTraveler(ctx, tx, dbsqlc.TripSetCanceledByTravelerParams{TripID: row.TripID, CanceledAt: &now}); err != nil {
+	stamps, err := queries.TripSetCanceledByTraveler(ctx, tx, row.TripID)
+	if err != nil {
 		return err
 	}
 	if err := queries.TripNotifySettled(ctx, tx, dbsqlc.TripNotifySettledParams{TripID: row.TripID, Sender: s.sender}); err != nil {
 		return err
 	}
-	row.Status, row.CanceledAt, row.UpdatedAt = StatusCanceledByTraveler, &now, now
+	row.Status = StatusCanceledByTraveler
+	for _, st := range stamps { // the database's stamps, as committed
+		row.CanceledAt, row.UpdatedAt = st.CanceledAt, st.UpdatedAt
+	}
 	outbox.AfterCommit(ctx, func() { s.projected(row) })
 	return outbox.Write(ctx, tx, ev)
 }

@@ -266,8 +266,6 @@ func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	}
 	var evs []event.Event
 	if IsFinal(row.Status) {
-		now := time.Now()
-		row.SettledAt = &now
 		var req events.TripRequest
 		_ = json.Unmarshal(row.Request, &req)
 		typ := events.TripConfirmed
@@ -290,18 +288,19 @@ func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
 			return err
 		}
 	}
-	if err := queries.TripSetStatus(ctx, tx, dbsqlc.TripSetStatusParams{
-		TripID: row.TripID, Status: row.Status, SettledAt: row.SettledAt,
-	}); err != nil {
+	stamps, err := queries.TripSetStatus(ctx, tx, dbsqlc.TripSetStatusParams{
+		TripID: row.TripID, Status: row.Status, Settle: IsFinal(row.Status),
+	})
+	if err != nil {
 		return err
 	}
+	row.SettledAt, row.UpdatedAt = stamps.SettledAt, stamps.UpdatedAt
 	if IsFinal(row.Status) {
 		// Requests waiting on it at other replicas.
 		if err := queries.TripNotifySettled(ctx, tx, dbsqlc.TripNotifySettledParams{TripID: row.TripID, Sender: s.sender}); err != nil {
 			return err
 		}
 	}
-	row.UpdatedAt = time.Now()
 	// Without a commit hook the waiters' once-a-second read finds it.
 	outbox.AfterCommit(ctx, func() { s.projected(row) })
 	return outbox.Write(ctx, tx, evs...)

@@ -113,6 +113,7 @@ type Step struct {
 	Traceparent    *string
 	Tracestate     *string
 	StatusSince    time.Time
+	DueAfterCall   bool
 }
 
 type TripPause struct {

@@ -137,6 +137,7 @@ type Step struct {
 	Traceparent    *string
 	Tracestate     *string
 	StatusSince    time.Time
+	DueAfterCall   bool
 }
 
 type TripPause struct {

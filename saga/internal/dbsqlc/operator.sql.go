@@ -7,7 +7,6 @@ package dbsqlc
 
 import (
 	"context"
-	"time"
 )
 
 const incidentResolveByOperator = `-- name: IncidentResolveByOperator :execrows
@@ -96,19 +95,45 @@ func (q *Queries) OperatorLogListByTrip(ctx context.Context, db DBTX, tripID str
 	return items, nil
 }
 
-const stepDueNow = `-- name: StepDueNow :execrows
-UPDATE steps SET next_attempt_at = now()
-WHERE trip_id = $1 AND status IN ('pending', 'unknown', 'compensating')
+const stepDueNow = `-- name: StepDueNow :many
+UPDATE steps SET
+    due_after_call  = (owner IS NOT NULL AND next_attempt_at > now()),
+    next_attempt_at = CASE WHEN owner IS NOT NULL AND next_attempt_at > now() THEN next_attempt_at
+                           ELSE least(next_attempt_at, now()) END
+WHERE trip_id = $1
+  AND (status IN ('pending', 'unknown', 'compensating') OR (status = 'started' AND owner IS NOT NULL))
+RETURNING step, due_after_call
 `
 
-// Makes the trip's unfinished rows due now (a call in flight keeps its
-// lease: started rows are left alone).
-func (q *Queries) StepDueNow(ctx context.Context, db DBTX, tripID string) (int64, error) {
-	result, err := db.Exec(ctx, stepDueNow, tripID)
+type StepDueNowRow struct {
+	Step         string
+	DueAfterCall bool
+}
+
+// Makes the trip's unfinished rows due now, except a row whose call is in
+// flight (its lease live and owned by a process): its lease is left as it
+// is, so no second call of its Idempotency-Key starts, and due_after_call
+// makes it due as soon as the owner writes that call's answer. A started
+// row with no owner is left alone (a runner without liveness has its call
+// in flight). One row per row changed, saying which of the two it got.
+func (q *Queries) StepDueNow(ctx context.Context, db DBTX, tripID string) ([]StepDueNowRow, error) {
+	rows, err := db.Query(ctx, stepDueNow, tripID)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return result.RowsAffected(), nil
+	defer rows.Close()
+	var items []StepDueNowRow
+	for rows.Next() {
+		var i StepDueNowRow
+		if err := rows.Scan(&i.Step, &i.DueAfterCall); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const stepInsertOperatorUndo = `-- name: StepInsertOperatorUndo :execrows
@@ -136,37 +161,41 @@ func (q *Queries) StepInsertOperatorUndo(ctx context.Context, db DBTX, arg StepI
 }
 
 const stepPostpone = `-- name: StepPostpone :exec
-UPDATE steps SET next_attempt_at = $1
+UPDATE steps SET next_attempt_at = now() + make_interval(secs => $1::float8 / 1000)
 WHERE trip_id = ANY($2::text[]) AND step = $3
   AND status IN ('pending', 'started', 'unknown', 'compensating')
+  AND NOT (owner IS NOT NULL AND next_attempt_at > now())
 `
 
 type StepPostponeParams struct {
-	At      time.Time
+	AfterMs float64
 	TripIds []string
 	Step    string
 }
 
-// Moves the unfinished rows of paused trips out of the claims until at
-// (the runner looks at them again then, and finds them paused or not).
+// Moves the unfinished rows of paused trips, claimed due, out of the claims
+// for after_ms (milliseconds, by the database's clock; the runner looks at
+// them again then, and finds them paused or not). A live lease owned by a
+// process (a call in flight) is never moved.
 func (q *Queries) StepPostpone(ctx context.Context, db DBTX, arg StepPostponeParams) error {
-	_, err := db.Exec(ctx, stepPostpone, arg.At, arg.TripIds, arg.Step)
+	_, err := db.Exec(ctx, stepPostpone, arg.AfterMs, arg.TripIds, arg.Step)
 	return err
 }
 
 const stepPostponeVerify = `-- name: StepPostponeVerify :exec
-UPDATE steps SET verify_at = $1
+UPDATE steps SET verify_at = now() + make_interval(secs => $1::float8 / 1000)
 WHERE trip_id = ANY($2::text[]) AND step = $3 AND verify_at IS NOT NULL
+  AND NOT (owner IS NOT NULL AND verify_at > now())
 `
 
 type StepPostponeVerifyParams struct {
-	At      *time.Time
+	AfterMs float64
 	TripIds []string
 	Step    string
 }
 
 func (q *Queries) StepPostponeVerify(ctx context.Context, db DBTX, arg StepPostponeVerifyParams) error {
-	_, err := db.Exec(ctx, stepPostponeVerify, arg.At, arg.TripIds, arg.Step)
+	_, err := db.Exec(ctx, stepPostponeVerify, arg.AfterMs, arg.TripIds, arg.Step)
 	return err
 }
 

@@ -10,8 +10,28 @@ import (
 	"time"
 )
 
+const dBClock = `-- name: DBClock :one
+SELECT now()::timestamptz AS tx_now, clock_timestamp()::timestamptz AS at
+`
+
+type DBClockRow struct {
+	TxNow time.Time
+	At    time.Time
+}
+
+// The database's clock, which decides every lease, backoff and deadline of
+// the step log: now() (the transaction's start, as the claims' now() sees
+// it) and clock_timestamp() (the moment of this statement, to estimate the
+// database's clock between statements).
+func (q *Queries) DBClock(ctx context.Context, db DBTX) (DBClockRow, error) {
+	row := db.QueryRow(ctx, dBClock)
+	var i DBClockRow
+	err := row.Scan(&i.TxNow, &i.At)
+	return i, err
+}
+
 const stepClaimDue = `-- name: StepClaimDue :many
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since FROM steps
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call FROM steps
 WHERE status IN ('pending', 'started', 'unknown', 'compensating')
   AND next_attempt_at <= now()
   AND step = $1
@@ -67,6 +87,7 @@ func (q *Queries) StepClaimDue(ctx context.Context, db DBTX, arg StepClaimDuePar
 			&i.Traceparent,
 			&i.Tracestate,
 			&i.StatusSince,
+			&i.DueAfterCall,
 		); err != nil {
 			return nil, err
 		}
@@ -79,7 +100,7 @@ func (q *Queries) StepClaimDue(ctx context.Context, db DBTX, arg StepClaimDuePar
 }
 
 const stepClaimVerify = `-- name: StepClaimVerify :many
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since FROM steps
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call FROM steps
 WHERE verify_at IS NOT NULL AND verify_at <= now() AND step = $1
 ORDER BY verify_at
 LIMIT $2
@@ -128,6 +149,7 @@ func (q *Queries) StepClaimVerify(ctx context.Context, db DBTX, arg StepClaimVer
 			&i.Traceparent,
 			&i.Tracestate,
 			&i.StatusSince,
+			&i.DueAfterCall,
 		); err != nil {
 			return nil, err
 		}
@@ -170,7 +192,7 @@ func (q *Queries) StepCountByStatus(ctx context.Context, db DBTX) ([]StepCountBy
 }
 
 const stepGetByTripAndName = `-- name: StepGetByTripAndName :one
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since FROM steps WHERE trip_id = $1 AND step = $2
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call FROM steps WHERE trip_id = $1 AND step = $2
 `
 
 type StepGetByTripAndNameParams struct {
@@ -208,12 +230,13 @@ func (q *Queries) StepGetByTripAndName(ctx context.Context, db DBTX, arg StepGet
 		&i.Traceparent,
 		&i.Tracestate,
 		&i.StatusSince,
+		&i.DueAfterCall,
 	)
 	return i, err
 }
 
 const stepGetForUpdate = `-- name: StepGetForUpdate :one
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since FROM steps WHERE trip_id = $1 AND step = $2 FOR UPDATE
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call FROM steps WHERE trip_id = $1 AND step = $2 FOR UPDATE
 `
 
 type StepGetForUpdateParams struct {
@@ -251,6 +274,7 @@ func (q *Queries) StepGetForUpdate(ctx context.Context, db DBTX, arg StepGetForU
 		&i.Traceparent,
 		&i.Tracestate,
 		&i.StatusSince,
+		&i.DueAfterCall,
 	)
 	return i, err
 }
@@ -258,7 +282,8 @@ func (q *Queries) StepGetForUpdate(ctx context.Context, db DBTX, arg StepGetForU
 const stepInsertIfAbsent = `-- name: StepInsertIfAbsent :execrows
 INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at,
                    traceparent, tracestate)
-VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7,
+VALUES ($1, $2, $3, $4, $5, $6, 'pending',
+        now() + make_interval(secs => $7::float8 / 1000),
         $8::text, $9::text)
 ON CONFLICT (trip_id, step) DO NOTHING
 `
@@ -270,14 +295,15 @@ type StepInsertIfAbsentParams struct {
 	Request        []byte
 	Fingerprint    string
 	Trip           []byte
-	DeadlineAt     time.Time
+	DeadlineMs     float64
 	Traceparent    *string
 	Tracestate     *string
 }
 
 // Records a step to do, from its trigger event. A row that already exists
 // (a redelivery, or a compensation that arrived first and voided the step)
-// is left alone.
+// is left alone. The deadline is deadline_ms (milliseconds) after the
+// database's now(): every time of the step log is the database's clock.
 func (q *Queries) StepInsertIfAbsent(ctx context.Context, db DBTX, arg StepInsertIfAbsentParams) (int64, error) {
 	result, err := db.Exec(ctx, stepInsertIfAbsent,
 		arg.TripID,
@@ -286,7 +312,7 @@ func (q *Queries) StepInsertIfAbsent(ctx context.Context, db DBTX, arg StepInser
 		arg.Request,
 		arg.Fingerprint,
 		arg.Trip,
-		arg.DeadlineAt,
+		arg.DeadlineMs,
 		arg.Traceparent,
 		arg.Tracestate,
 	)
@@ -299,10 +325,12 @@ func (q *Queries) StepInsertIfAbsent(ctx context.Context, db DBTX, arg StepInser
 const stepInsertStarted = `-- name: StepInsertStarted :one
 INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at,
                    attempts, started_at, next_attempt_at, owner, traceparent, tracestate)
-VALUES ($1, $2, $3, $4, $5, $6, 'started', $7,
-        1, now(), $8, $9::int, $10::text, $11::text)
+VALUES ($1, $2, $3, $4, $5, $6, 'started',
+        now() + make_interval(secs => $7::float8 / 1000),
+        1, now(), now() + make_interval(secs => $8::float8 / 1000),
+        $9::int, $10::text, $11::text)
 ON CONFLICT (trip_id, step) DO NOTHING
-RETURNING trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since
+RETURNING trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call
 `
 
 type StepInsertStartedParams struct {
@@ -312,8 +340,8 @@ type StepInsertStartedParams struct {
 	Request        []byte
 	Fingerprint    string
 	Trip           []byte
-	DeadlineAt     time.Time
-	LeaseUntil     time.Time
+	DeadlineMs     float64
+	LeaseMs        float64
 	Owner          *int32
 	Traceparent    *string
 	Tracestate     *string
@@ -323,7 +351,8 @@ type StepInsertStartedParams struct {
 // leased until next_attempt_at), in the trigger's inbox transaction: the
 // process calls the company right after that commit, so one commit, not
 // two, precedes the call. A row that already exists is left alone (no row
-// returned).
+// returned). Deadline and lease are deadline_ms and lease_ms
+// (milliseconds) after the database's now().
 func (q *Queries) StepInsertStarted(ctx context.Context, db DBTX, arg StepInsertStartedParams) (Step, error) {
 	row := db.QueryRow(ctx, stepInsertStarted,
 		arg.TripID,
@@ -332,8 +361,8 @@ func (q *Queries) StepInsertStarted(ctx context.Context, db DBTX, arg StepInsert
 		arg.Request,
 		arg.Fingerprint,
 		arg.Trip,
-		arg.DeadlineAt,
-		arg.LeaseUntil,
+		arg.DeadlineMs,
+		arg.LeaseMs,
 		arg.Owner,
 		arg.Traceparent,
 		arg.Tracestate,
@@ -366,6 +395,7 @@ func (q *Queries) StepInsertStarted(ctx context.Context, db DBTX, arg StepInsert
 		&i.Traceparent,
 		&i.Tracestate,
 		&i.StatusSince,
+		&i.DueAfterCall,
 	)
 	return i, err
 }
@@ -395,7 +425,7 @@ func (q *Queries) StepInsertVoided(ctx context.Context, db DBTX, arg StepInsertV
 }
 
 const stepListByTrip = `-- name: StepListByTrip :many
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since FROM steps WHERE trip_id = $1 ORDER BY created_at
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call FROM steps WHERE trip_id = $1 ORDER BY created_at
 `
 
 func (q *Queries) StepListByTrip(ctx context.Context, db DBTX, tripID string) ([]Step, error) {
@@ -434,6 +464,7 @@ func (q *Queries) StepListByTrip(ctx context.Context, db DBTX, tripID string) ([
 			&i.Traceparent,
 			&i.Tracestate,
 			&i.StatusSince,
+			&i.DueAfterCall,
 		); err != nil {
 			return nil, err
 		}
@@ -446,31 +477,34 @@ func (q *Queries) StepListByTrip(ctx context.Context, db DBTX, tripID string) ([
 }
 
 const stepNextDue = `-- name: StepNextDue :one
-SELECT coalesce(min(t), now() + interval '1 hour')::timestamptz AS next_due FROM (
+SELECT greatest(extract(epoch FROM coalesce(min(t), now() + interval '1 hour') - now()) * 1000, 0)::float8 AS due_in_ms FROM (
     SELECT min(next_attempt_at) AS t FROM steps WHERE status IN ('pending', 'started', 'unknown', 'compensating') AND steps.step = $1::text
     UNION ALL
     SELECT min(verify_at) FROM steps WHERE verify_at IS NOT NULL AND steps.step = $1::text
 ) AS due
 `
 
-// When the soonest unfinished row is due (a lease's end included), for the
-// runner's sleep; an hour from now when none is.
-func (q *Queries) StepNextDue(ctx context.Context, db DBTX, step string) (time.Time, error) {
+// In how many milliseconds (by the database's clock, 0 when already) the
+// soonest unfinished row is due (a lease's end included), for the runner's
+// sleep; an hour when none is. A duration, not a time: the process sleeps
+// by its own clock, which need not agree with the database's.
+func (q *Queries) StepNextDue(ctx context.Context, db DBTX, step string) (float64, error) {
 	row := db.QueryRow(ctx, stepNextDue, step)
-	var next_due time.Time
-	err := row.Scan(&next_due)
-	return next_due, err
+	var due_in_ms float64
+	err := row.Scan(&due_in_ms)
+	return due_in_ms, err
 }
 
-const stepRenewLease = `-- name: StepRenewLease :execrows
-UPDATE steps SET next_attempt_at = $1
+const stepRenewLease = `-- name: StepRenewLease :one
+UPDATE steps SET next_attempt_at = now() + make_interval(secs => $1::float8 / 1000)
 WHERE trip_id = $2 AND step = $3 AND status = $4
   AND attempts = $5 AND undo_attempts = $6
   AND next_attempt_at = $7
+RETURNING next_attempt_at
 `
 
 type StepRenewLeaseParams struct {
-	LeaseUntil   time.Time
+	LeaseMs      float64
 	TripID       string
 	Step         string
 	Status       string
@@ -482,10 +516,11 @@ type StepRenewLeaseParams struct {
 // Renews the lease of a claimed row whose call waited for a free call slot
 // (so that what is left of the lease covers the calls), only if the row is
 // still as claimed (lease included); no row means another process took it
-// or an undo was asked for, and the call is not made.
-func (q *Queries) StepRenewLease(ctx context.Context, db DBTX, arg StepRenewLeaseParams) (int64, error) {
-	result, err := db.Exec(ctx, stepRenewLease,
-		arg.LeaseUntil,
+// or an undo was asked for, and the call is not made. The new lease ends
+// lease_ms (milliseconds) after the database's now(); it is returned.
+func (q *Queries) StepRenewLease(ctx context.Context, db DBTX, arg StepRenewLeaseParams) (time.Time, error) {
+	row := db.QueryRow(ctx, stepRenewLease,
+		arg.LeaseMs,
 		arg.TripID,
 		arg.Step,
 		arg.Status,
@@ -493,10 +528,9 @@ func (q *Queries) StepRenewLease(ctx context.Context, db DBTX, arg StepRenewLeas
 		arg.UndoAttempts,
 		arg.WasLease,
 	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	var next_attempt_at time.Time
+	err := row.Scan(&next_attempt_at)
+	return next_attempt_at, err
 }
 
 const stepUpdate = `-- name: StepUpdate :execrows
@@ -508,13 +542,15 @@ UPDATE steps SET
     reason          = $5,
     attempts        = $6,
     undo_attempts   = $7,
-    next_attempt_at = $8,
-    verify_at       = $9,
-    last_error      = $10,
-    started_at      = $11,
-    finished_at     = $12,
-    undone_at       = $13,
-    owner           = $14::int,
+    next_attempt_at = CASE WHEN due_after_call AND $8::int IS NULL
+                           THEN least($9, now()) ELSE $9 END,
+    due_after_call  = due_after_call AND $8::int IS NOT NULL,
+    verify_at       = $10,
+    last_error      = $11,
+    started_at      = $12,
+    finished_at     = $13,
+    undone_at       = $14,
+    owner           = $8::int,
     traceparent     = coalesce($15::text, traceparent),
     tracestate      = CASE WHEN $15::text IS NULL THEN tracestate ELSE $16::text END,
     updated_at      = now()
@@ -532,13 +568,13 @@ type StepUpdateParams struct {
 	Reason          *string
 	Attempts        int32
 	UndoAttempts    int32
+	Owner           *int32
 	NextAttemptAt   time.Time
 	VerifyAt        *time.Time
 	LastError       *string
 	StartedAt       *time.Time
 	FinishedAt      *time.Time
 	UndoneAt        *time.Time
-	Owner           *int32
 	Traceparent     *string
 	Tracestate      *string
 	TripID          string
@@ -556,6 +592,11 @@ type StepUpdateParams struct {
 // verification time): the answer of a call is recorded without reading the
 // row first, and no row updated means it changed meanwhile (an undo was
 // asked for), so the caller reads it.
+//
+// A write that ends the call in flight (owner NULL: the owner records its
+// answer) honours due_after_call, an operator's retry asked for while the
+// call was in flight: the row is due now rather than at next_attempt_at,
+// and the flag is cleared. A write that keeps an owner keeps the flag.
 func (q *Queries) StepUpdate(ctx context.Context, db DBTX, arg StepUpdateParams) (int64, error) {
 	result, err := db.Exec(ctx, stepUpdate,
 		arg.Status,
@@ -565,13 +606,13 @@ func (q *Queries) StepUpdate(ctx context.Context, db DBTX, arg StepUpdateParams)
 		arg.Reason,
 		arg.Attempts,
 		arg.UndoAttempts,
+		arg.Owner,
 		arg.NextAttemptAt,
 		arg.VerifyAt,
 		arg.LastError,
 		arg.StartedAt,
 		arg.FinishedAt,
 		arg.UndoneAt,
-		arg.Owner,
 		arg.Traceparent,
 		arg.Tracestate,
 		arg.TripID,

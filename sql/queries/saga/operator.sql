@@ -14,21 +14,34 @@ SELECT trip_id FROM trip_pauses WHERE trip_id = ANY(@trip_ids::text[]);
 SELECT * FROM trip_pauses WHERE trip_id = @trip_id;
 
 -- name: StepPostpone :exec
--- Moves the unfinished rows of paused trips out of the claims until at
--- (the runner looks at them again then, and finds them paused or not).
-UPDATE steps SET next_attempt_at = @at
+-- Moves the unfinished rows of paused trips, claimed due, out of the claims
+-- for after_ms (milliseconds, by the database's clock; the runner looks at
+-- them again then, and finds them paused or not). A live lease owned by a
+-- process (a call in flight) is never moved.
+UPDATE steps SET next_attempt_at = now() + make_interval(secs => sqlc.arg(after_ms)::float8 / 1000)
 WHERE trip_id = ANY(@trip_ids::text[]) AND step = @step
-  AND status IN ('pending', 'started', 'unknown', 'compensating');
+  AND status IN ('pending', 'started', 'unknown', 'compensating')
+  AND NOT (owner IS NOT NULL AND next_attempt_at > now());
 
 -- name: StepPostponeVerify :exec
-UPDATE steps SET verify_at = @at
-WHERE trip_id = ANY(@trip_ids::text[]) AND step = @step AND verify_at IS NOT NULL;
+UPDATE steps SET verify_at = now() + make_interval(secs => sqlc.arg(after_ms)::float8 / 1000)
+WHERE trip_id = ANY(@trip_ids::text[]) AND step = @step AND verify_at IS NOT NULL
+  AND NOT (owner IS NOT NULL AND verify_at > now());
 
--- name: StepDueNow :execrows
--- Makes the trip's unfinished rows due now (a call in flight keeps its
--- lease: started rows are left alone).
-UPDATE steps SET next_attempt_at = now()
-WHERE trip_id = @trip_id AND status IN ('pending', 'unknown', 'compensating');
+-- name: StepDueNow :many
+-- Makes the trip's unfinished rows due now, except a row whose call is in
+-- flight (its lease live and owned by a process): its lease is left as it
+-- is, so no second call of its Idempotency-Key starts, and due_after_call
+-- makes it due as soon as the owner writes that call's answer. A started
+-- row with no owner is left alone (a runner without liveness has its call
+-- in flight). One row per row changed, saying which of the two it got.
+UPDATE steps SET
+    due_after_call  = (owner IS NOT NULL AND next_attempt_at > now()),
+    next_attempt_at = CASE WHEN owner IS NOT NULL AND next_attempt_at > now() THEN next_attempt_at
+                           ELSE least(next_attempt_at, now()) END
+WHERE trip_id = @trip_id
+  AND (status IN ('pending', 'unknown', 'compensating') OR (status = 'started' AND owner IS NOT NULL))
+RETURNING step, due_after_call;
 
 -- name: StepInsertOperatorUndo :execrows
 -- A step the service has no row of (an orphan record at the company): a

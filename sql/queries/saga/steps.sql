@@ -1,10 +1,12 @@
 -- name: StepInsertIfAbsent :execrows
 -- Records a step to do, from its trigger event. A row that already exists
 -- (a redelivery, or a compensation that arrived first and voided the step)
--- is left alone.
+-- is left alone. The deadline is deadline_ms (milliseconds) after the
+-- database's now(): every time of the step log is the database's clock.
 INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at,
                    traceparent, tracestate)
-VALUES (@trip_id, @step, @idempotency_key, @request, @fingerprint, @trip, 'pending', @deadline_at,
+VALUES (@trip_id, @step, @idempotency_key, @request, @fingerprint, @trip, 'pending',
+        now() + make_interval(secs => sqlc.arg(deadline_ms)::float8 / 1000),
         sqlc.narg(traceparent)::text, sqlc.narg(tracestate)::text)
 ON CONFLICT (trip_id, step) DO NOTHING;
 
@@ -13,11 +15,14 @@ ON CONFLICT (trip_id, step) DO NOTHING;
 -- leased until next_attempt_at), in the trigger's inbox transaction: the
 -- process calls the company right after that commit, so one commit, not
 -- two, precedes the call. A row that already exists is left alone (no row
--- returned).
+-- returned). Deadline and lease are deadline_ms and lease_ms
+-- (milliseconds) after the database's now().
 INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at,
                    attempts, started_at, next_attempt_at, owner, traceparent, tracestate)
-VALUES (@trip_id, @step, @idempotency_key, @request, @fingerprint, @trip, 'started', @deadline_at,
-        1, now(), @lease_until, sqlc.narg(owner)::int, sqlc.narg(traceparent)::text, sqlc.narg(tracestate)::text)
+VALUES (@trip_id, @step, @idempotency_key, @request, @fingerprint, @trip, 'started',
+        now() + make_interval(secs => sqlc.arg(deadline_ms)::float8 / 1000),
+        1, now(), now() + make_interval(secs => sqlc.arg(lease_ms)::float8 / 1000),
+        sqlc.narg(owner)::int, sqlc.narg(traceparent)::text, sqlc.narg(tracestate)::text)
 ON CONFLICT (trip_id, step) DO NOTHING
 RETURNING *;
 
@@ -69,6 +74,11 @@ FOR UPDATE SKIP LOCKED;
 -- verification time): the answer of a call is recorded without reading the
 -- row first, and no row updated means it changed meanwhile (an undo was
 -- asked for), so the caller reads it.
+--
+-- A write that ends the call in flight (owner NULL: the owner records its
+-- answer) honours due_after_call, an operator's retry asked for while the
+-- call was in flight: the row is due now rather than at next_attempt_at,
+-- and the flag is cleared. A write that keeps an owner keeps the flag.
 UPDATE steps SET
     status          = @status,
     undo_cause      = @undo_cause,
@@ -77,7 +87,9 @@ UPDATE steps SET
     reason          = @reason,
     attempts        = @attempts,
     undo_attempts   = @undo_attempts,
-    next_attempt_at = @next_attempt_at,
+    next_attempt_at = CASE WHEN due_after_call AND sqlc.narg(owner)::int IS NULL
+                           THEN least(@next_attempt_at, now()) ELSE @next_attempt_at END,
+    due_after_call  = due_after_call AND sqlc.narg(owner)::int IS NOT NULL,
     verify_at       = @verify_at,
     last_error      = @last_error,
     started_at      = @started_at,
@@ -96,20 +108,31 @@ WHERE trip_id = @trip_id AND step = @step
 SELECT step, status, count(*)::bigint AS n FROM steps GROUP BY step, status ORDER BY step, status;
 
 -- name: StepNextDue :one
--- When the soonest unfinished row is due (a lease's end included), for the
--- runner's sleep; an hour from now when none is.
-SELECT coalesce(min(t), now() + interval '1 hour')::timestamptz AS next_due FROM (
+-- In how many milliseconds (by the database's clock, 0 when already) the
+-- soonest unfinished row is due (a lease's end included), for the runner's
+-- sleep; an hour when none is. A duration, not a time: the process sleeps
+-- by its own clock, which need not agree with the database's.
+SELECT greatest(extract(epoch FROM coalesce(min(t), now() + interval '1 hour') - now()) * 1000, 0)::float8 AS due_in_ms FROM (
     SELECT min(next_attempt_at) AS t FROM steps WHERE status IN ('pending', 'started', 'unknown', 'compensating') AND steps.step = @step::text
     UNION ALL
     SELECT min(verify_at) FROM steps WHERE verify_at IS NOT NULL AND steps.step = @step::text
 ) AS due;
 
--- name: StepRenewLease :execrows
+-- name: StepRenewLease :one
 -- Renews the lease of a claimed row whose call waited for a free call slot
 -- (so that what is left of the lease covers the calls), only if the row is
 -- still as claimed (lease included); no row means another process took it
--- or an undo was asked for, and the call is not made.
-UPDATE steps SET next_attempt_at = @lease_until
+-- or an undo was asked for, and the call is not made. The new lease ends
+-- lease_ms (milliseconds) after the database's now(); it is returned.
+UPDATE steps SET next_attempt_at = now() + make_interval(secs => sqlc.arg(lease_ms)::float8 / 1000)
 WHERE trip_id = @trip_id AND step = @step AND status = @status
   AND attempts = @attempts AND undo_attempts = @undo_attempts
-  AND next_attempt_at = @was_lease;
+  AND next_attempt_at = @was_lease
+RETURNING next_attempt_at;
+
+-- name: DBClock :one
+-- The database's clock, which decides every lease, backoff and deadline of
+-- the step log: now() (the transaction's start, as the claims' now() sees
+-- it) and clock_timestamp() (the moment of this statement, to estimate the
+-- database's clock between statements).
+SELECT now()::timestamptz AS tx_now, clock_timestamp()::timestamptz AS at;

@@ -9,9 +9,12 @@ SET status = 'canceling_by_traveler', cancel_key = @cancel_key, cancel_requested
 WHERE trip_id = @trip_id AND status = 'confirmed'
 RETURNING *;
 
--- name: TripSetCanceledByTraveler :exec
-UPDATE trips SET status = 'canceled_by_traveler', canceled_at = @canceled_at, updated_at = now()
-WHERE trip_id = @trip_id AND status = 'canceling_by_traveler';
+-- name: TripSetCanceledByTraveler :many
+-- canceled_at is the database's now(), as every stamp of the trip row.
+-- No row when the trip is not canceling_by_traveler.
+UPDATE trips SET status = 'canceled_by_traveler', canceled_at = now(), updated_at = now()
+WHERE trip_id = @trip_id AND status = 'canceling_by_traveler'
+RETURNING canceled_at, updated_at;
 
 -- name: TripGetForUpdate :one
 SELECT * FROM trips WHERE trip_id = @trip_id FOR UPDATE;

@@ -23,9 +23,15 @@ SET seen = CASE WHEN @kind::text = ANY(seen) THEN seen ELSE seen || @kind::text 
 WHERE trip_id = @trip_id
 RETURNING *;
 
--- name: TripSetStatus :exec
-UPDATE trips SET status = @status, settled_at = @settled_at, updated_at = now()
-WHERE trip_id = @trip_id;
+-- name: TripSetStatus :one
+-- Sets a trip's status; settle stamps settled_at with the database's now(),
+-- the clock that stamped created_at, so how long a trip took is measured
+-- by one clock. Returns the stamps as written.
+UPDATE trips SET status = @status,
+    settled_at = CASE WHEN @settle::bool THEN now() ELSE settled_at END,
+    updated_at = now()
+WHERE trip_id = @trip_id
+RETURNING settled_at, updated_at;
 
 -- name: TripList :many
 -- Newest first (trip ids are ULIDs, so they sort by creation time).

@@ -96,17 +96,35 @@ func (q *Queries) TripRequestCancellation(ctx context.Context, db DBTX, arg Trip
 	return i, err
 }
 
-const tripSetCanceledByTraveler = `-- name: TripSetCanceledByTraveler :exec
-UPDATE trips SET status = 'canceled_by_traveler', canceled_at = $1, updated_at = now()
-WHERE trip_id = $2 AND status = 'canceling_by_traveler'
+const tripSetCanceledByTraveler = `-- name: TripSetCanceledByTraveler :many
+UPDATE trips SET status = 'canceled_by_traveler', canceled_at = now(), updated_at = now()
+WHERE trip_id = $1 AND status = 'canceling_by_traveler'
+RETURNING canceled_at, updated_at
 `
 
-type TripSetCanceledByTravelerParams struct {
+type TripSetCanceledByTravelerRow struct {
 	CanceledAt *time.Time
-	TripID     string
+	UpdatedAt  time.Time
 }
 
-func (q *Queries) TripSetCanceledByTraveler(ctx context.Context, db DBTX, arg TripSetCanceledByTravelerParams) error {
-	_, err := db.Exec(ctx, tripSetCanceledByTraveler, arg.CanceledAt, arg.TripID)
-	return err
+// canceled_at is the database's now(), as every stamp of the trip row.
+// No row when the trip is not canceling_by_traveler.
+func (q *Queries) TripSetCanceledByTraveler(ctx context.Context, db DBTX, tripID string) ([]TripSetCanceledByTravelerRow, error) {
+	rows, err := db.Query(ctx, tripSetCanceledByTraveler, tripID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TripSetCanceledByTravelerRow
+	for rows.Next() {
+		var i TripSetCanceledByTravelerRow
+		if err := rows.Scan(&i.CanceledAt, &i.UpdatedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

@@ -229,18 +229,31 @@ func (q *Queries) TripSeeEvent(ctx context.Context, db DBTX, arg TripSeeEventPar
 	return i, err
 }
 
-const tripSetStatus = `-- name: TripSetStatus :exec
-UPDATE trips SET status = $1, settled_at = $2, updated_at = now()
+const tripSetStatus = `-- name: TripSetStatus :one
+UPDATE trips SET status = $1,
+    settled_at = CASE WHEN $2::bool THEN now() ELSE settled_at END,
+    updated_at = now()
 WHERE trip_id = $3
+RETURNING settled_at, updated_at
 `
 
 type TripSetStatusParams struct {
-	Status    string
-	SettledAt *time.Time
-	TripID    string
+	Status string
+	Settle bool
+	TripID string
 }
 
-func (q *Queries) TripSetStatus(ctx context.Context, db DBTX, arg TripSetStatusParams) error {
-	_, err := db.Exec(ctx, tripSetStatus, arg.Status, arg.SettledAt, arg.TripID)
-	return err
+type TripSetStatusRow struct {
+	SettledAt *time.Time
+	UpdatedAt time.Time
+}
+
+// Sets a trip's status; settle stamps settled_at with the database's now(),
+// the clock that stamped created_at, so how long a trip took is measured
+// by one clock. Returns the stamps as written.
+func (q *Queries) TripSetStatus(ctx context.Context, db DBTX, arg TripSetStatusParams) (TripSetStatusRow, error) {
+	row := db.QueryRow(ctx, tripSetStatus, arg.Status, arg.Settle, arg.TripID)
+	var i TripSetStatusRow
+	err := row.Scan(&i.SettledAt, &i.UpdatedAt)
+	return i, err
 }
