@@ -302,12 +302,12 @@ func TestSettleAction(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, first.code, first.problem.Detail)
 	var d events.OperatorActionData
 	require.NoError(t, first.event.DataAs(&d))
-	require.Equal(t, events.OperatorActionData{Action: "settle", TripID: trip, Service: "payment", Outcome: "undone",
+	require.Equal(t, events.OperatorActionData{Action: "settle", TripID: trip, Service: "payment", Outcome: "undone", Step: "payment",
 		Reason: "refunded by hand, ticket 7", Operator: "ada", IdempotencyKey: "k-s-1"}, d)
 	again := postAction(t, base, testToken, "k-s-1", settle("payment", "undone"))
 	require.Equal(t, http.StatusAccepted, again.code, again.problem.Detail)
 	require.Equal(t, first.event.ID(), again.event.ID(), "the same key replays the settle")
-	second := postAction(t, base, testToken, "k-s-2", settle("payment", "undone"))
+	second := postAction(t, base, testToken, "k-s-2", func() map[string]any { m := settle("payment", "undone"); m["step"] = "payment"; return m }())
 	require.Equal(t, http.StatusConflict, second.code)
 	require.Contains(t, second.problem.Detail, "step payment of trip T-SETTLE-1 was settled already (undone, by ada at ")
 	require.Contains(t, second.problem.Detail, "a step is settled once")
