@@ -24,6 +24,7 @@ import (
 	"github.com/tripsaga/tripsaga/internal/stack"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/reconciler"
 )
 
 var sys *stack.Stack //nolint:gochecknoglobals // the one system under test
@@ -54,7 +55,7 @@ func run(m *testing.M) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sys, err = stack.Start(ctx, stack.Config{Dir: filepath.Join(dir, "stack"), Binary: bin})
+	sys, err = stack.Start(ctx, stack.Config{Dir: filepath.Join(dir, "stack"), Binary: bin, Env: []string{reconciler.OperatorTokenEnv + "=" + e2eToken}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: stack:", err)
 		return 1
@@ -73,6 +74,10 @@ func run(m *testing.M) int {
 	return code
 }
 
+// e2eToken is the operators' token of the e2e tests' stacks that run the
+// demo's situations (one of them ends with an operator's settle).
+const e2eToken = "tok-e2e-situations"
+
 func env() *demo.Env { return envOf(sys, demo.InsuranceOn()) }
 
 // envOf points the demo at the stack s; insured: s runs the insurance step
@@ -81,6 +86,7 @@ func envOf(s *stack.Stack, insured bool) *demo.Env {
 	urls := s.CompanyURLs()
 	e := &demo.Env{
 		TripsURL: s.URL("trips"), PaymentURL: s.URL("payment"),
+		ReconcilerURL: s.URL("reconciler"), OperatorToken: e2eToken,
 		HotelURL: urls["HOTEL_URL"], PaymentsURL: urls["PAYMENTS_URL"], CarsURL: urls["CARS_URL"], MailURL: urls["MAIL_URL"],
 		Kill: func(ctx context.Context, name string) error {
 			if _, err := s.Kill(name); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/demo"
 	"github.com/tripsaga/tripsaga/internal/stack"
+	"github.com/tripsaga/tripsaga/reconciler"
 )
 
 // TestSituationsWithInsurance runs every situation of the demo once more
@@ -32,6 +33,7 @@ func TestSituationsWithInsurance(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s, err := stack.Start(ctx, stack.Config{Dir: filepath.Join(dir, "stack"), Binary: bin, Env: []string{
+		reconciler.OperatorTokenEnv + "=" + e2eToken,
 		events.StepsVar + "=hotel,insurance,payment,car",
 	}})
 	require.NoError(t, err)

@@ -36,6 +36,28 @@ type Compensation struct {
 	Name      string   // e.g. "release"
 	Trigger   []string // event types that ask for it
 	Publishes []string // event types it publishes when done
+	// Stuck is the event type it publishes when it raised its incident
+	// (compensation_stuck past the attempt limit, or compensation_refused
+	// at a refusal for good) while it goes on retrying: the step before
+	// is undone on it as on the undo's own event, so one stuck undo does
+	// not hold the others up, and the trip stays canceling with this undo
+	// open until its Publishes come (the undo succeeded, or an operator
+	// settled it by hand). Every saga text's rule: unwind newest first,
+	// but a failed compensation does not stop the others.
+	Stuck string
+}
+
+// Events returns every event type the compensation publishes: its
+// Publishes, then Stuck.
+func (c *Compensation) Events() []string {
+	if c == nil {
+		return nil
+	}
+	out := slices.Clone(c.Publishes)
+	if c.Stuck != "" {
+		out = append(out, c.Stuck)
+	}
+	return out
 }
 
 // Step is one step of the trip saga, owned by one service.
@@ -78,10 +100,12 @@ var Default = Catalogue{ //nolint:gochecknoglobals // read-only declaration
 		{HotelRejected, "hotel", StreamHotel, "StepData", "the hotel is sold out"},
 		{HotelFailed, "hotel", StreamHotel, "StepData", "the hold could not be confirmed by its deadline and was undone"},
 		{HotelReleased, "hotel", StreamHotel, "StepData", "the hold was released (compensation)"},
+		{HotelReleaseStuck, "hotel", StreamHotel, "StepData", "the release raised its incident (stuck or refused) and goes on retrying; the trip stays canceling with it open"},
 		{PaymentCharged, "payment", StreamPayment, "StepData", "the card is charged"},
 		{PaymentDeclined, "payment", StreamPayment, "StepData", "the card was declined"},
 		{PaymentFailed, "payment", StreamPayment, "StepData", "the charge could not be confirmed by its deadline and was undone"},
-		{PaymentRefunded, "payment", StreamPayment, "StepData", "the charge was refunded (compensation)"},
+		{PaymentRefunded, "payment", StreamPayment, "StepData", "the charge was refunded (compensation; settled_by names the operator who recorded a refund made by hand)"},
+		{PaymentRefundStuck, "payment", StreamPayment, "StepData", "the refund raised its incident (stuck or refused) and goes on retrying; the steps before it are undone meanwhile"},
 		{CarBooked, "car", StreamCar, "StepData", "the car is booked (pivot done)"},
 		{CarRejected, "car", StreamCar, "StepData", "the car firm is sold out"},
 		{CarFailed, "car", StreamCar, "StepData", "the booking could not be confirmed by its deadline and was canceled by key"},
@@ -99,8 +123,9 @@ var Default = Catalogue{ //nolint:gochecknoglobals // read-only declaration
 			Publishes: []string{HotelHeld, HotelRejected, HotelFailed},
 			Compensation: &Compensation{
 				Name:      "release",
-				Trigger:   []string{PaymentDeclined, PaymentFailed, PaymentRefunded},
+				Trigger:   []string{PaymentDeclined, PaymentFailed, PaymentRefunded, PaymentRefundStuck},
 				Publishes: []string{HotelReleased},
+				Stuck:     HotelReleaseStuck,
 			},
 		},
 		{
@@ -111,6 +136,7 @@ var Default = Catalogue{ //nolint:gochecknoglobals // read-only declaration
 				Name:      "refund",
 				Trigger:   []string{CarRejected, CarFailed},
 				Publishes: []string{PaymentRefunded},
+				Stuck:     PaymentRefundStuck,
 			},
 		},
 		{
@@ -161,8 +187,8 @@ var Default = Catalogue{ //nolint:gochecknoglobals // read-only declaration
 			Name: "trips", Service: "trips",
 			Publishes: []string{TripCanceled},
 			Consumes: []string{
-				HotelHeld, HotelRejected, HotelFailed, HotelReleased,
-				PaymentCharged, PaymentDeclined, PaymentFailed, PaymentRefunded,
+				HotelHeld, HotelRejected, HotelFailed, HotelReleased, HotelReleaseStuck,
+				PaymentCharged, PaymentDeclined, PaymentFailed, PaymentRefunded, PaymentRefundStuck,
 				CarBooked, CarRejected, CarFailed,
 				HotelTravelerReleased, PaymentTravelerRefunded, CarTravelerCanceled,
 			},
@@ -171,8 +197,8 @@ var Default = Catalogue{ //nolint:gochecknoglobals // read-only declaration
 			Name: "reconciler", Service: "reconciler",
 			Consumes: []string{
 				TripRequested, TripConfirmed, TripCanceled, MailSent,
-				HotelHeld, HotelRejected, HotelFailed, HotelReleased,
-				PaymentCharged, PaymentDeclined, PaymentFailed, PaymentRefunded,
+				HotelHeld, HotelRejected, HotelFailed, HotelReleased, HotelReleaseStuck,
+				PaymentCharged, PaymentDeclined, PaymentFailed, PaymentRefunded, PaymentRefundStuck,
 				CarBooked, CarRejected, CarFailed,
 				TripCancellationRequested, TripCanceledByTraveler,
 				HotelTravelerReleased, PaymentTravelerRefunded, CarTravelerCanceled,
@@ -353,11 +379,11 @@ func (c Catalogue) Validate() error {
 		}
 		if s.Compensation != nil {
 			check("compensation "+s.Compensation.Name+" trigger", s.Compensation.Trigger)
-			check("compensation "+s.Compensation.Name+" publishes", s.Compensation.Publishes)
+			check("compensation "+s.Compensation.Name+" publishes", s.Compensation.Events())
 			for _, t := range s.Compensation.Trigger {
 				consumed[t] = true
 			}
-			for _, t := range s.Compensation.Publishes {
+			for _, t := range s.Compensation.Events() {
 				published[t] = true
 			}
 		}

@@ -63,10 +63,11 @@ func TestCatalogueRejects(t *testing.T) {
 }
 
 func TestConsumesAndStreams(t *testing.T) {
-	require.ElementsMatch(t, []string{TripRequested, PaymentDeclined, PaymentFailed, PaymentRefunded, OperatorAction, TripCancellationRequested}, Default.Consumes("hotel"))
+	require.ElementsMatch(t, []string{TripRequested, PaymentDeclined, PaymentFailed, PaymentRefunded, PaymentRefundStuck, OperatorAction, TripCancellationRequested}, Default.Consumes("hotel"),
+		"the hotel releases on a stuck refund too: one stuck undo does not hold up the others")
 	require.Equal(t, map[string][]string{
 		StreamTrips:    {"trip.cancellation_requested.>", "trip.requested.>"},
-		StreamPayment:  {"payment.declined.>", "payment.failed.>", "payment.refunded.>"},
+		StreamPayment:  {"payment.declined.>", "payment.failed.>", "payment.refund_stuck.>", "payment.refunded.>"},
 		StreamOperator: {"operator.action.>"},
 	}, Default.Streams(Default.Consumes("hotel")))
 	require.Contains(t, Default.Consumes("trips"), OperatorAction, "trips carries out re-drives and its mail steps' retries")
@@ -75,7 +76,7 @@ func TestConsumesAndStreams(t *testing.T) {
 }
 
 func TestPublishes(t *testing.T) {
-	require.ElementsMatch(t, []string{HotelHeld, HotelRejected, HotelFailed, HotelReleased, HotelTravelerReleased}, Default.Publishes("hotel"))
+	require.ElementsMatch(t, []string{HotelHeld, HotelRejected, HotelFailed, HotelReleased, HotelReleaseStuck, HotelTravelerReleased}, Default.Publishes("hotel"))
 	require.ElementsMatch(t, []string{OperatorAction}, Default.Publishes("reconciler"))
 	require.ElementsMatch(t, []string{TripRequested, TripConfirmed, TripCanceled, MailSent, TripCancellationRequested, TripCanceledByTraveler}, Default.Publishes("trips"))
 }

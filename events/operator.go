@@ -32,10 +32,37 @@ const (
 	// a trip that should not have it (an orphan, or a late commit past the
 	// re-check horizon).
 	ActionUndoLeak = "undo_leak"
+	// ActionSettle records that a person did a stuck step's work outside
+	// the system (refunded the card by hand, released the room by phone,
+	// sent the mail): the step is settled with Outcome, its retries stop,
+	// its incidents are resolved and its event is published with
+	// settled_by naming the operator, so the saga finishes from there.
+	// Only a step that is stuck (an undo or a step that raised its
+	// incident and is still unfinished) is settled, once.
+	ActionSettle = "settle"
 )
 
+// Outcomes of [ActionSettle] ([OperatorActionData.Outcome]).
+const (
+	// SettleUndone: the stuck undo was done by hand (the charge refunded,
+	// the hold released); its undone event follows (payment.refunded).
+	SettleUndone = "undone"
+	// SettleDone: a forward step stuck unknown did happen (a person saw
+	// the company's record, or sent the mail); its done event follows and
+	// the saga goes on.
+	SettleDone = "done"
+	// SettleNotDone: a forward step stuck unknown did not happen (and a
+	// person made sure it never will); its failed event follows and the
+	// steps before it are undone. Refused for a forward-only step, which
+	// is never given up (after the pivot only forward).
+	SettleNotDone = "not_done"
+)
+
+// SettleOutcomes lists the outcomes of [ActionSettle].
+var SettleOutcomes = []string{SettleUndone, SettleDone, SettleNotDone} //nolint:gochecknoglobals // read-only
+
 // OperatorActions lists every action, in the order the docs give them.
-var OperatorActions = []string{ActionRetryUndo, ActionPause, ActionResume, ActionResolve, ActionRedrive, ActionUndoLeak} //nolint:gochecknoglobals // read-only
+var OperatorActions = []string{ActionRetryUndo, ActionPause, ActionResume, ActionResolve, ActionRedrive, ActionUndoLeak, ActionSettle} //nolint:gochecknoglobals // read-only
 
 // OperatorActionData is the data of [OperatorAction]: who (Operator) asked
 // for what (Action, about TripID, carried out by Service), why (Reason);
@@ -47,6 +74,13 @@ type OperatorActionData struct {
 	// Incident names the incident kind to resolve; empty resolves every
 	// open incident of the trip at Service.
 	Incident string `json:"incident,omitempty"`
+	// Outcome is what a person did (ActionSettle only): one of
+	// [SettleOutcomes].
+	Outcome string `json:"outcome,omitempty"`
+	// Step names the step to settle (ActionSettle only) when the service
+	// owns several ("mail", "traveler_mail" of trips); empty: the
+	// service's saga step (hotel, charge's "payment", car, insurance).
+	Step     string `json:"step,omitempty"`
 	Reason   string `json:"reason"`
 	Operator string `json:"operator"`
 	// IdempotencyKey is the Idempotency-Key the action was asked with: a
@@ -99,9 +133,7 @@ func (c Catalogue) Publishes(service string) []string {
 	for _, s := range c.Steps {
 		if s.Service == service {
 			add(s.Publishes...)
-			if s.Compensation != nil {
-				add(s.Compensation.Publishes...)
-			}
+			add(s.Compensation.Events()...)
 		}
 	}
 	for _, p := range c.Projections {

@@ -16,6 +16,9 @@ const (
 	InsuranceRejected = "io.tripsaga.insurance.rejected.v1" // the insurer refused the risk: final, no policy
 	InsuranceFailed   = "io.tripsaga.insurance.failed.v1"   // unknown past the deadline, canceled by key
 	InsuranceCanceled = "io.tripsaga.insurance.canceled.v1" // compensation done
+	// InsuranceCancelStuck: the policy's cancel raised its incident and
+	// goes on retrying (see [Compensation.Stuck]).
+	InsuranceCancelStuck = "io.tripsaga.insurance.cancel_stuck.v1"
 	// InsuranceTravelerCanceled: the policy was canceled, the insurer's
 	// part in the traveler's cancellation of a confirmed trip.
 	InsuranceTravelerCanceled = "io.tripsaga.insurance.traveler_canceled.v1"
@@ -49,13 +52,14 @@ var Optional = []OptionalStep{ //nolint:gochecknoglobals // read-only declaratio
 		Step: Step{
 			Name: "insurance", Service: "insurance", Class: Compensable,
 			Publishes:    []string{InsuranceBought, InsuranceRejected, InsuranceFailed},
-			Compensation: &Compensation{Name: "cancel", Publishes: []string{InsuranceCanceled}},
+			Compensation: &Compensation{Name: "cancel", Publishes: []string{InsuranceCanceled}, Stuck: InsuranceCancelStuck},
 		},
 		Types: stepTypes("insurance", StreamInsurance,
 			InsuranceBought, "the travel insurance policy is bought",
 			InsuranceRejected, "the insurer refused to insure the trip",
 			InsuranceFailed, "the policy could not be confirmed by its deadline and was canceled by key",
 			InsuranceCanceled, "the policy was canceled (compensation)",
+			InsuranceCancelStuck, "the policy's cancel raised its incident (stuck or refused) and goes on retrying; the steps before it are undone meanwhile",
 			InsuranceTravelerCanceled, "the policy was canceled for the traveler's cancellation",
 		),
 		After: []Step{{
@@ -129,26 +133,20 @@ func (s Step) Done() string {
 }
 
 // endings returns the event types that end step s without it being done
-// (rejected, failed) and that announce its compensation is done: what the
-// step before it is compensated on.
+// (rejected, failed), that announce its compensation is done, and that
+// announce its compensation is stuck ([Compensation.Stuck]): what the step
+// before it is compensated on.
 func (s Step) endings() []string {
 	var out []string
 	if len(s.Publishes) > 1 {
 		out = append(out, s.Publishes[1:]...)
 	}
-	if s.Compensation != nil {
-		out = append(out, s.Compensation.Publishes...)
-	}
-	return out
+	return append(out, s.Compensation.Events()...)
 }
 
 // events returns every event type step s publishes, its compensation's included.
 func (s Step) events() []string {
-	out := slices.Clone(s.Publishes)
-	if s.Compensation != nil {
-		out = append(out, s.Compensation.Publishes...)
-	}
-	return out
+	return append(slices.Clone(s.Publishes), s.Compensation.Events()...)
 }
 
 // clone returns a deep copy of s.

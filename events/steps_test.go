@@ -43,11 +43,12 @@ func TestWithStepsInsurance(t *testing.T) {
 
 	hotel, _ := c.Step("hotel")
 	require.Equal(t, []string{TripRequested}, hotel.Trigger)
-	require.Equal(t, []string{InsuranceRejected, InsuranceFailed, InsuranceCanceled}, hotel.Compensation.Trigger,
-		"the hold is released once the insurance step ended without a policy or its policy is canceled")
+	require.Equal(t, []string{InsuranceRejected, InsuranceFailed, InsuranceCanceled, InsuranceCancelStuck}, hotel.Compensation.Trigger,
+		"the hold is released once the insurance step ended without a policy, its policy is canceled, or its cancel is stuck")
 	ins, _ := c.Step("insurance")
 	require.Equal(t, []string{HotelHeld}, ins.Trigger)
-	require.Equal(t, []string{PaymentDeclined, PaymentFailed, PaymentRefunded}, ins.Compensation.Trigger)
+	require.Equal(t, []string{PaymentDeclined, PaymentFailed, PaymentRefunded, PaymentRefundStuck}, ins.Compensation.Trigger,
+		"a stuck refund does not hold up the policy's cancel")
 	pay, _ := c.Step("payment")
 	require.Equal(t, []string{InsuranceBought}, pay.Trigger, "the payment follows the policy, not the hold")
 	require.Equal(t, []string{CarRejected, CarFailed}, pay.Compensation.Trigger)
@@ -57,7 +58,7 @@ func TestWithStepsInsurance(t *testing.T) {
 	require.Subset(t, c.Consumes("payment"), []string{InsuranceBought, CarRejected, CarFailed})
 	require.NotContains(t, c.Consumes("payment"), HotelHeld)
 	for _, p := range c.Projections {
-		for _, typ := range []string{InsuranceBought, InsuranceRejected, InsuranceFailed, InsuranceCanceled} {
+		for _, typ := range []string{InsuranceBought, InsuranceRejected, InsuranceFailed, InsuranceCanceled, InsuranceCancelStuck} {
 			require.Contains(t, p.Consumes, typ, "projection %s", p.Name)
 		}
 	}
@@ -75,10 +76,10 @@ func TestWithStepsInsuranceFirst(t *testing.T) {
 	require.NoError(t, err)
 	ins, _ := c.Step("insurance")
 	require.Equal(t, []string{TripRequested}, ins.Trigger)
-	require.Equal(t, []string{HotelRejected, HotelFailed, HotelReleased}, ins.Compensation.Trigger)
+	require.Equal(t, []string{HotelRejected, HotelFailed, HotelReleased, HotelReleaseStuck}, ins.Compensation.Trigger)
 	hotel, _ := c.Step("hotel")
 	require.Equal(t, []string{InsuranceBought}, hotel.Trigger)
-	require.Equal(t, []string{PaymentDeclined, PaymentFailed, PaymentRefunded}, hotel.Compensation.Trigger)
+	require.Equal(t, []string{PaymentDeclined, PaymentFailed, PaymentRefunded, PaymentRefundStuck}, hotel.Compensation.Trigger)
 }
 
 func TestWithStepsRefuses(t *testing.T) {

@@ -27,11 +27,18 @@ const (
 	HotelRejected = "io.tripsaga.hotel.rejected.v1" // sold out: final, nothing held
 	HotelFailed   = "io.tripsaga.hotel.failed.v1"   // unknown past the deadline, undone by key
 	HotelReleased = "io.tripsaga.hotel.released.v1" // compensation done
+	// HotelReleaseStuck: the release raised its incident and goes on
+	// retrying (see [Compensation.Stuck]).
+	HotelReleaseStuck = "io.tripsaga.hotel.release_stuck.v1"
 
 	PaymentCharged  = "io.tripsaga.payment.charged.v1"
 	PaymentDeclined = "io.tripsaga.payment.declined.v1"
 	PaymentFailed   = "io.tripsaga.payment.failed.v1"
 	PaymentRefunded = "io.tripsaga.payment.refunded.v1"
+	// PaymentRefundStuck: the refund raised its incident (stuck past its
+	// attempt limit, or refused for good) and goes on retrying; the hotel
+	// releases on it as on payment.refunded (see [Compensation.Stuck]).
+	PaymentRefundStuck = "io.tripsaga.payment.refund_stuck.v1"
 
 	CarBooked   = "io.tripsaga.car.booked.v1"
 	CarRejected = "io.tripsaga.car.rejected.v1"
@@ -146,6 +153,10 @@ type StepData struct {
 	CompanyRef     string       `json:"company_ref,omitempty"` // hold_id, charge_id, booking_id, message_id
 	Reason         string       `json:"reason,omitempty"`
 	Request        *TripRequest `json:"request,omitempty"`
+	// SettledBy names the operator who settled the step by hand (the
+	// operators' action settle: a person did the undo, or the step,
+	// outside the system); empty when the company answered.
+	SettledBy string `json:"settled_by,omitempty"`
 }
 
 // TripSettledData is the data of [TripConfirmed], [TripCanceled] and

@@ -65,6 +65,15 @@ type ActionRequest struct {
 	Incident string `json:"incident,omitempty"`
 	// DeadLetterSeq is the DEADLETTER sequence to re-drive (redrive only).
 	DeadLetterSeq uint64 `json:"deadletter_seq,omitempty"`
+	// Outcome is what a person did outside the system (settle only,
+	// required): undone (the stuck undo: the card refunded by hand), done
+	// or not_done (a step stuck unknown; not_done never for a step after
+	// the pivot). See events.ActionSettle.
+	Outcome string `json:"outcome,omitempty"`
+	// Step names the step to settle when the service owns several (settle
+	// only: "mail" or "traveler_mail" of trips); empty: the service's saga
+	// step.
+	Step string `json:"step,omitempty"`
 	// Reason (why) and Operator (who) are required.
 	Reason   string `json:"reason"`
 	Operator string `json:"operator"`
@@ -331,7 +340,7 @@ func (o *Operator) Act(ctx context.Context, key string, ar ActionRequest) (ev ev
 		return ev, false, bad("reason", fmt.Sprintf("at most %d characters", MaxReasonChars))
 	}
 	d := events.OperatorActionData{Action: ar.Action, TripID: ar.Trip, Service: ar.Service, Incident: ar.Incident,
-		Reason: ar.Reason, Operator: ar.Operator, IdempotencyKey: key}
+		Outcome: ar.Outcome, Step: ar.Step, Reason: ar.Reason, Operator: ar.Operator, IdempotencyKey: key}
 	if ar.Action == events.ActionRedrive {
 		if ar.DeadLetterSeq == 0 {
 			return ev, false, bad("deadletter_seq", "required for redrive: the sequence of the dead letter (tripsaga deadletter list)")
@@ -367,6 +376,20 @@ func (o *Operator) Act(ctx context.Context, key string, ar ActionRequest) (ev ev
 	}
 	if ar.DeadLetterSeq != 0 && ar.Action != events.ActionRedrive {
 		return ev, false, bad("deadletter_seq", "only for redrive")
+	}
+	if ar.Action != events.ActionSettle && (ar.Outcome != "" || ar.Step != "") {
+		field := "outcome"
+		if ar.Outcome == "" {
+			field = "step"
+		}
+		return ev, false, bad(field, "only for settle")
+	}
+	if ar.Action == events.ActionSettle {
+		step, err := o.settleable(ctx, key, ar)
+		if err != nil {
+			return ev, false, err
+		}
+		d.Step = step // named always, so two settles of one step are seen as one
 	}
 	if ar.Action == events.ActionUndoLeak {
 		rows, err := queries.FindingListByTrip(ctx, o.r.cfg.Pool, ar.Trip)
@@ -487,4 +510,91 @@ func (o *Operator) serveActions(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"items": evs})
+}
+
+// settleable checks a settle (events.ActionSettle) before it is recorded,
+// and returns the name of the step it settles:
+// an outcome of events.SettleOutcomes; a step, when named, that the
+// service owns; never a second settle of one step (a request with the key
+// of the first replays it instead: record answers it); and, for the
+// outcome undone of the service's saga step, that its undo is stuck by the
+// events: its stuck event (payment.refund_stuck) seen, and neither its
+// undone nor its failed event (409 otherwise, naming what was seen). The
+// service checks its step log too (a step not stuck is refused there,
+// and the refusal is its operator log's effect): done and not_done are
+// checked there only, since a forward step's incident shows in no event.
+func (o *Operator) settleable(ctx context.Context, key string, ar ActionRequest) (string, error) {
+	if !slices.Contains(events.SettleOutcomes, ar.Outcome) {
+		return "", bad("outcome", "required for settle: one of "+strings.Join(events.SettleOutcomes, ", ")+" (what a person did outside the system)")
+	}
+	cat := events.Selected()
+	var saga *events.Step
+	for _, st := range cat.Steps {
+		if st.Service != ar.Service {
+			continue
+		}
+		if ar.Step == "" && st.Class != events.ForwardOnly {
+			saga = &st
+			break
+		}
+		if st.Name == ar.Step {
+			saga = &st
+			break
+		}
+	}
+	if saga == nil {
+		if ar.Step != "" {
+			return "", bad("step", fmt.Sprintf("%s owns no step %q", ar.Service, ar.Step))
+		}
+		return "", bad("step", fmt.Sprintf("required: %s owns no saga step, name the one to settle", ar.Service))
+	}
+	if _, err := queries.OperatorActionGetByKey(ctx, o.r.cfg.Pool, key); err == nil {
+		return saga.Name, nil // the same key again: record replays it, or refuses another request
+	} else if !errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("action by key: %w", err)
+	}
+	prev, err := queries.OperatorActionList(ctx, o.r.cfg.Pool, dbsqlc.OperatorActionListParams{TripID: ar.Trip, Max: 1000})
+	if err != nil {
+		return "", fmt.Errorf("actions of %s: %w", ar.Trip, err)
+	}
+	for _, p := range prev {
+		if p.Action != events.ActionSettle || p.Service != ar.Service {
+			continue
+		}
+		var e event.Event
+		var pd events.OperatorActionData
+		if json.Unmarshal(p.Event, &e) != nil || events.DecodeData(e, &pd) != nil || pd.Step != saga.Name {
+			continue
+		}
+		return "", &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
+			"step %s of trip %s was settled already (%s, by %s at %s: %s): a step is settled once",
+			saga.Name, ar.Trip, pd.Outcome, p.Operator, p.CreatedAt.UTC().Format(time.RFC3339), p.Reason)}
+	}
+	if ar.Outcome != events.SettleUndone {
+		return saga.Name, nil
+	}
+	if saga.Compensation == nil {
+		return "", &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
+			"step %s is %s and has no undo: settle it %s or %s", saga.Name, saga.Class, events.SettleDone, events.SettleNotDone)}
+	}
+	v, err := queries.TripViewGet(ctx, o.r.cfg.Pool, ar.Trip)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf("trip %s: no event of it seen, so no undo of it is stuck", ar.Trip)}
+	}
+	if err != nil {
+		return "", fmt.Errorf("trip_view %s: %w", ar.Trip, err)
+	}
+	has := func(typ string) bool { return typ != "" && slices.Contains(v.Seen, events.Kind(typ)) }
+	for _, typ := range append(slices.Clone(saga.Compensation.Publishes), saga.Publishes[len(saga.Publishes)-1]) {
+		if has(typ) {
+			return "", &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
+				"the undo of step %s of trip %s is done already (%s seen): nothing to settle", saga.Name, ar.Trip, events.Kind(typ))}
+		}
+	}
+	if !has(saga.Compensation.Stuck) {
+		return "", &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
+			"the undo of step %s of trip %s is not stuck (no %s seen; seen: %s): settle only an undo that raised its incident, retry_undo calls it now",
+			saga.Name, ar.Trip, events.Kind(saga.Compensation.Stuck), strings.Join(v.Seen, ", "))}
+	}
+	return saga.Name, nil
 }

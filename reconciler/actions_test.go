@@ -264,3 +264,52 @@ func TestRedriveIntoTheReconcilerOnly(t *testing.T) {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&dl))
 	require.Equal(t, []string{a.event.ID()}, dl.RedrivenBy)
 }
+
+// settle is refused for a step the events do not show stuck, and a step
+// is settled once: a retry with the same key replays, another key is 409.
+func TestSettleAction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.start(t)
+	_, base := b.operatorServer(t, testToken)
+	trip, done := "T-SETTLE-1", "T-SETTLE-2"
+	b.publishAll(t, trip, events.TripRequested, events.HotelHeld, events.PaymentCharged, events.CarRejected, events.PaymentRefundStuck, events.HotelReleased)
+	b.publishAll(t, done, events.TripRequested, events.HotelHeld, events.PaymentCharged, events.CarRejected, events.PaymentRefundStuck, events.PaymentRefunded)
+	testenv.Eventually(t, b.caughtUp, "projection caught up")
+	settle := func(service, outcome string) map[string]any {
+		return map[string]any{"action": "settle", "trip": trip, "service": service, "outcome": outcome, "reason": "refunded by hand, ticket 7", "operator": "ada"}
+	}
+
+	a := postAction(t, base, testToken, "k-s-0", settle("payment", ""))
+	require.Equal(t, http.StatusBadRequest, a.code)
+	require.Equal(t, "outcome", a.problem.Errors[0].Field)
+	require.Contains(t, a.problem.Detail, "undone, done, not_done")
+	a = postAction(t, base, testToken, "k-s-0", map[string]any{"action": "retry_undo", "trip": trip, "service": "payment", "outcome": "undone", "reason": "x", "operator": "ada"})
+	require.Equal(t, http.StatusBadRequest, a.code)
+	require.Equal(t, "outcome", a.problem.Errors[0].Field, "outcome only for settle")
+	a = postAction(t, base, testToken, "k-s-0", settle("hotel", "undone"))
+	require.Equal(t, http.StatusConflict, a.code)
+	require.Contains(t, a.problem.Detail, "the undo of step hotel of trip T-SETTLE-1 is done already (hotel.released seen)")
+	a = postAction(t, base, testToken, "k-s-0", map[string]any{"action": "settle", "trip": done, "service": "payment", "outcome": "undone", "reason": "x", "operator": "ada"})
+	require.Equal(t, http.StatusConflict, a.code)
+	require.Contains(t, a.problem.Detail, "is done already (payment.refunded seen)")
+	a = postAction(t, base, testToken, "k-s-0", map[string]any{"action": "settle", "trip": done, "service": "hotel", "outcome": "undone", "reason": "x", "operator": "ada"})
+	require.Equal(t, http.StatusConflict, a.code)
+	require.Contains(t, a.problem.Detail, "the undo of step hotel of trip T-SETTLE-2 is not stuck (no hotel.release_stuck seen")
+	require.Empty(t, b.operatorMsgs(t, trip), "nothing published for a refused settle")
+
+	first := postAction(t, base, testToken, "k-s-1", settle("payment", "undone"))
+	require.Equal(t, http.StatusAccepted, first.code, first.problem.Detail)
+	var d events.OperatorActionData
+	require.NoError(t, first.event.DataAs(&d))
+	require.Equal(t, events.OperatorActionData{Action: "settle", TripID: trip, Service: "payment", Outcome: "undone", Step: "payment",
+		Reason: "refunded by hand, ticket 7", Operator: "ada", IdempotencyKey: "k-s-1"}, d)
+	again := postAction(t, base, testToken, "k-s-1", settle("payment", "undone"))
+	require.Equal(t, http.StatusAccepted, again.code, again.problem.Detail)
+	require.Equal(t, first.event.ID(), again.event.ID(), "the same key replays the settle")
+	second := postAction(t, base, testToken, "k-s-2", func() map[string]any { m := settle("payment", "undone"); m["step"] = "payment"; return m }())
+	require.Equal(t, http.StatusConflict, second.code)
+	require.Contains(t, second.problem.Detail, "step payment of trip T-SETTLE-1 was settled already (undone, by ada at ")
+	require.Contains(t, second.problem.Detail, "a step is settled once")
+	testenv.Eventually(t, func() bool { return len(b.operatorMsgs(t, trip)) == 1 }, "the settle published once")
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/saga"
 )
 
 // registerConsole mounts the operator's console on mux:
@@ -283,12 +284,27 @@ var consoleFuncs = template.FuncMap{ //nolint:gochecknoglobals // read-only
 		}
 		return out
 	},
+	"settles": settleOutcomes,
 	"owner": func(step string) string {
 		if s, ok := events.Selected().Step(step); ok {
 			return s.Service
 		}
 		return step
 	},
+}
+
+// settleOutcomes are the outcomes a settle button of an incident of kind
+// offers: undone for an undo's incident, done and not_done for a step
+// stuck going forward, none for the others (a refused forward step is
+// final already).
+func settleOutcomes(kind string) []string {
+	switch kind {
+	case saga.IncidentCompensationStuck, saga.IncidentCompensationRefused, saga.IncidentCompensationAnswerMismatch:
+		return []string{events.SettleUndone}
+	case saga.IncidentForwardStuck, saga.IncidentForwardAnswerMismatch, saga.IncidentCompanyCredentials:
+		return []string{events.SettleDone, events.SettleNotDone}
+	}
+	return nil
 }
 
 // consoleStyle and consoleScript are shared by the console's pages.
@@ -360,7 +376,8 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 <table id="incidents"><tr><th>step</th><th>kind</th><th>attempts</th><th>last error</th><th>raised</th><th>resolved</th><th></th></tr>
 {{range .Incidents}}<tr><td>{{.Step}}</td><td class="incident">{{.Kind}}</td><td>{{.Attempts}}</td><td>{{.LastError}}</td><td>{{.RaisedAt.Format "15:04:05.000"}}</td><td>{{if .ResolvedAt}}{{.ResolvedAt.Format "15:04:05.000"}}{{else}}open{{end}}</td>
 <td>{{if not .ResolvedAt}}<button class="action retry" data-key="{{key}}" data-body='{{json (dict "action" "retry_undo" "trip" $trip "service" (owner .Step))}}' onclick="act(this)">retry now</button>
-<button class="action resolve" data-needs-reason="1" data-key="{{key}}" data-body='{{json (dict "action" "resolve" "trip" $trip "service" (owner .Step) "incident" .Kind)}}' onclick="act(this)">resolve</button>{{end}}</td></tr>
+<button class="action resolve" data-needs-reason="1" data-key="{{key}}" data-body='{{json (dict "action" "resolve" "trip" $trip "service" (owner .Step) "incident" .Kind)}}' onclick="act(this)">resolve</button>
+{{$inc := .}}{{range settles .Kind}}<button class="action settle" data-needs-reason="1" data-key="{{key}}" data-body='{{json (dict "action" "settle" "trip" $trip "service" (owner $inc.Step) "step" $inc.Step "outcome" .)}}' onclick="act(this)" title="a person did it by hand: the retries stop, its event is published">settle: {{.}} by hand</button> {{end}}{{end}}</td></tr>
 {{end}}</table>{{end}}
 {{with open .Findings}}<h2>Open findings</h2><table id="findings"><tr><th>kind</th><th>detail</th><th>first seen</th><th></th></tr>
 {{range .}}<tr><td class="{{.Kind}}">{{.Kind}}</td><td>{{.Detail}}</td><td>{{.FirstSeen.Format "15:04:05"}}</td>
@@ -392,7 +409,8 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 <table id="incidents"><tr><th>service</th><th>trip</th><th>step</th><th>kind</th><th>attempts</th><th>last error</th><th>age</th><th>owner</th><th>escalates</th><th>resolved</th><th></th></tr>
 {{range .Items}}<tr class="{{if .ResolvedAt}}resolved{{else}}open{{end}}"><td>{{.Service}}</td><td><a href="/trips/{{.TripID}}">{{.TripID}}</a></td><td>{{.Step}}</td><td class="incident">{{.Kind}}</td><td>{{.Attempts}}</td><td>{{.LastError}}</td><td>{{.Age}}</td><td class="owner">{{.Owner}}</td><td class="escalation">{{if .Escalated}}<b>escalated</b> at {{.EscalatesAt.Format "15:04:05"}}{{else if .EscalatesAt}}at {{.EscalatesAt.Format "15:04:05"}}{{end}}</td><td>{{if .ResolvedAt}}{{.ResolvedAt.Format "15:04:05"}}{{else}}open{{end}}</td>
 <td>{{if not .ResolvedAt}}<button class="action retry" data-key="{{.RetryKey}}" data-body='{{json (dict "action" "retry_undo" "trip" .TripID "service" .Service)}}' onclick="act(this)">retry now</button>
-<button class="action resolve" data-needs-reason="1" data-key="{{.ResolveKey}}" data-body='{{json (dict "action" "resolve" "trip" .TripID "service" .Service "incident" .Kind)}}' onclick="act(this)">resolve</button>{{end}}</td></tr>
+<button class="action resolve" data-needs-reason="1" data-key="{{.ResolveKey}}" data-body='{{json (dict "action" "resolve" "trip" .TripID "service" .Service "incident" .Kind)}}' onclick="act(this)">resolve</button>
+{{$inc := .}}{{range settles .Kind}}<button class="action settle" data-needs-reason="1" data-key="{{key}}" data-body='{{json (dict "action" "settle" "trip" $inc.TripID "service" $inc.Service "step" $inc.Step "outcome" .)}}' onclick="act(this)" title="a person did it by hand: the retries stop, its event is published">settle: {{.}} by hand</button> {{end}}{{end}}</td></tr>
 {{else}}<tr><td colspan="11">No incident.</td></tr>{{end}}</table>
 {{if .Hidden}}<p>{{.Hidden}} older resolved incidents are not listed: <a href="/api/incidents">/api/incidents</a> has them all.</p>{{end}}
 ` + consoleScript + `</body></html>{{end}}

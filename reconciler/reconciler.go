@@ -235,7 +235,8 @@ func tripViewFromRow(r dbsqlc.TripView) TripView {
 type Finding struct {
 	ID     int64  `json:"id"`
 	TripID string `json:"trip_id"`
-	// Kind is [FindingHalf], [FindingOrphan] or [FindingStuck].
+	// Kind is [FindingHalf], [FindingOrphan], [FindingStuck],
+	// [FindingUnattributed] or [FindingOpenUndo].
 	Kind       string     `json:"kind"`
 	Detail     string     `json:"detail"`
 	FirstSeen  time.Time  `json:"first_seen"`

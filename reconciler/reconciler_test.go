@@ -448,6 +448,34 @@ func TestSweep(t *testing.T) {
 		require.Empty(t, b.open(t))
 	})
 
+	t.Run("CallsATripWithAStuckUndoOneOpenUndoNotHalf", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		b.start(t)
+		// The refund is refused for good: the charge is still in force,
+		// the room released (the hotel went on on payment.refund_stuck).
+		b.charge(t, "T-open")
+		b.publishAll(t, "T-open", events.TripRequested, events.HotelHeld, events.PaymentCharged, events.CarRejected,
+			events.PaymentRefundStuck, events.HotelReleased)
+		testenv.Eventually(t, b.caughtUp, "projection caught up")
+		res := b.sweep(t)
+		require.Equal(t, map[string]int{FindingOpenUndo: 1}, res.Open, "found at once, and not half or stuck")
+		f := b.open(t)["T-open/open_undo"]
+		require.Contains(t, f.Detail, "canceling with the undo of payment open")
+		require.Contains(t, f.Detail, "charges charged 1")
+		require.Equal(t, 1.0, b.gauge(t, "tripsaga_reconciler_findings", FindingOpenUndo))
+
+		// An operator settles the refund (a refund made by hand), the trip
+		// settles canceled: the open undo is closed.
+		_, err := provider.Payments(b.companies+"/payments").Undo(context.Background(), "T-open:charge")
+		require.NoError(t, err)
+		b.publishAll(t, "T-open", events.PaymentRefunded, events.TripCanceled)
+		testenv.Eventually(t, b.caughtUp, "projection caught up")
+		res = b.sweep(t)
+		require.Equal(t, 1, res.Resolved)
+		require.Empty(t, b.open(t))
+	})
+
 	t.Run("FailsWithoutJudgingWhenACompanyCannotBeListed", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)

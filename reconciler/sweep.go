@@ -35,10 +35,18 @@ const (
 	// and a trip whose steps are all done or undone but whose trip.*
 	// settling event never came.
 	FindingStuck = "stuck"
+	// FindingOpenUndo: the trip is not settled because the undo of a step
+	// raised its incident (its stuck event, payment.refund_stuck, was seen
+	// and not its undo's own event: trips.OpenUndos) while the steps
+	// before it were undone: one named open undo, not a half trip. The
+	// detail names the step and what the companies hold; found at once
+	// (the incident is raised already), resolved when the undo is done
+	// (by the company, or settled by an operator).
+	FindingOpenUndo = "open_undo"
 )
 
 // FindingKinds lists every finding kind.
-var FindingKinds = []string{FindingHalf, FindingOrphan, FindingStuck, FindingUnattributed} //nolint:gochecknoglobals // read-only
+var FindingKinds = []string{FindingHalf, FindingOrphan, FindingStuck, FindingUnattributed, FindingOpenUndo} //nolint:gochecknoglobals // read-only
 
 var statuses = []string{trips.StatusPending, trips.StatusConfirmed, trips.StatusCanceling, trips.StatusCanceled, trips.StatusCancelingByTraveler, trips.StatusCanceledByTraveler} //nolint:gochecknoglobals // read-only
 
@@ -55,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		findings: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tripsaga_reconciler_findings",
-			Help: "Open reconciler findings, by kind (half, orphan, stuck), as of the last sweep.",
+			Help: "Open reconciler findings, by kind (half, orphan, stuck, unattributed, open_undo), as of the last sweep.",
 		}, []string{"kind"}),
 		trips: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tripsaga_reconciler_trips",
@@ -201,6 +209,11 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 				fs = append(fs, found{v.TripID, FindingHalf, "canceled by the traveler by events, but " + why + "; the companies have " + c.describe()})
 			}
 		default:
+			if open := trips.OpenUndos(v.Seen); len(open) > 0 {
+				fs = append(fs, found{v.TripID, FindingOpenUndo, fmt.Sprintf("%s with the undo of %s open (stuck, retried until it is done or an operator settles it); the companies have %s",
+					v.Status, strings.Join(open, ", "), c.describe())})
+				break
+			}
 			if age := now.Sub(v.LastEventAt); age > r.cfg.StuckAfter {
 				fs = append(fs, found{v.TripID, FindingStuck, fmt.Sprintf("%s for %s since its last event; seen: %s",
 					v.Status, age.Round(time.Second), strings.Join(v.Seen, ", "))})
@@ -259,7 +272,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 	}
 	if len(fs) > 0 || resolved > 0 {
 		r.log.Info("reconciler: sweep", "trips", res.Trips, "records", res.Records, "half", res.Open[FindingHalf],
-			"orphan", res.Open[FindingOrphan], "stuck", res.Open[FindingStuck], "resolved", resolved)
+			"orphan", res.Open[FindingOrphan], "stuck", res.Open[FindingStuck], "open_undo", res.Open[FindingOpenUndo], "resolved", resolved)
 	}
 	return res, nil
 }

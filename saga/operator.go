@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -103,6 +104,10 @@ func (r *Runner) skipPaused(ctx context.Context, tx pgx.Tx, rows []dbsqlc.Step, 
 //   - resume: lifts the pause; the rows are due now;
 //   - resolve: closes the trip's open incidents here (of kind d.Incident,
 //     or all) with the operator and reason; retries go on;
+//   - settle: records that a person did the stuck step's work by hand
+//     ([Runner.settle]): its retries stop, its incidents are resolved,
+//     its event is published with settled_by; refused, and logged so, for
+//     a step that is not stuck or was settled already;
 //   - undo_leak: undoes the step's record by its Idempotency-Key (a row
 //     made compensating with cause [CauseOperator], or a new one when the
 //     service never had the step, or when the step is done but its trip
@@ -161,6 +166,11 @@ func (r *Runner) Operate(ctx context.Context, tx pgx.Tx, e event.Event, d events
 	case events.ActionUndoLeak:
 		var err error
 		if effect, err = r.undoLeak(ctx, tx, trip); err != nil {
+			return err
+		}
+	case events.ActionSettle:
+		var err error
+		if effect, err = r.settle(ctx, tx, d); err != nil {
 			return err
 		}
 	default:
@@ -322,11 +332,150 @@ func (cfg OperatorInboxConfig) onOperator(ctx context.Context, tx pgx.Tx, e even
 	if err := events.ValidateTripID(d.TripID); err != nil {
 		return fmt.Errorf("%w: %w", outbox.ErrPermanent, err)
 	}
-	if err := cfg.Runners[0].Operate(ctx, tx, e, d); err != nil {
+	acting := cfg.Runners[0]
+	if d.Action == events.ActionSettle && d.Step != "" {
+		// settle names the step when the service owns several.
+		i := slices.IndexFunc(cfg.Runners, func(r *Runner) bool { return r.cfg.Spec.Name == d.Step })
+		if i < 0 {
+			return queries.OperatorLogInsert(ctx, tx, dbsqlc.OperatorLogInsertParams{
+				EventID: e.ID(), TripID: d.TripID, Action: d.Action, Operator: d.Operator, Reason: d.Reason,
+				Effect: fmt.Sprintf("refused: %s has no step %q", cfg.Service, d.Step),
+			})
+		}
+		acting = cfg.Runners[i]
+	}
+	if err := acting.Operate(ctx, tx, e, d); err != nil {
 		return err
 	}
-	for _, r := range cfg.Runners[1:] {
-		outbox.AfterCommit(ctx, r.Wake)
+	for _, r := range cfg.Runners {
+		if r != acting {
+			outbox.AfterCommit(ctx, r.Wake)
+		}
 	}
 	return nil
+}
+
+// settledPrefix starts the outcome of a step an operator settled by hand.
+const settledPrefix = "settled by hand"
+
+// Incident kinds by what got stuck: an undo, or a step going forward.
+var (
+	undoIncidents    = []string{IncidentCompensationStuck, IncidentCompensationRefused, IncidentCompensationAnswerMismatch} //nolint:gochecknoglobals // read-only
+	forwardIncidents = []string{IncidentForwardStuck, IncidentForwardAnswerMismatch, IncidentCompanyCredentials}            //nolint:gochecknoglobals // read-only
+)
+
+// settle carries out an operator's settle (events.ActionSettle) of this
+// runner's step of d.TripID inside tx: a person did, outside the system,
+// what the step keeps failing to do, and says so with d.Outcome.
+//
+//   - undone, for a step compensating whose undo raised an incident
+//     (compensation_stuck, compensation_refused,
+//     compensation_answer_mismatch; open or resolved): the step becomes
+//     compensated (failed when it was undone for its deadline), its undo
+//     event is published (payment.refunded; payment.failed) with
+//     settled_by, and no late-commit check follows (the person saw the
+//     company's record);
+//   - done, for a step pending, started or unknown that raised an
+//     incident (forward_stuck, forward_answer_mismatch,
+//     company_credentials): the step is done and its done event (with the
+//     trip request) published, so the saga goes on;
+//   - not_done, for the same, but not a forward-only step (after the
+//     pivot only forward): the step failed, its failed event is published
+//     and the steps before it are undone.
+//
+// In each case its retries stop (the row is final), its open incidents
+// are resolved with the operator and reason, and a call in flight then
+// finds the row changed and records nothing. Anything else is refused with
+// why, in the returned effect (the operator log): an unknown outcome, no
+// step here, a step already settled by hand (one settle per step, never
+// twice), a step that is not stuck, an outcome that does not fit its
+// state.
+func (r *Runner) settle(ctx context.Context, tx pgx.Tx, d events.OperatorActionData) (string, error) {
+	name := r.cfg.Spec.Name
+	if !slices.Contains(events.SettleOutcomes, d.Outcome) {
+		return fmt.Sprintf("refused: outcome %q is not one of %s", d.Outcome, strings.Join(events.SettleOutcomes, ", ")), nil
+	}
+	row, err := queries.StepGetForUpdate(ctx, tx, dbsqlc.StepGetForUpdateParams{TripID: d.TripID, Step: name})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "refused: no step " + name + " of the trip here: nothing to settle", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("saga: settle %s of %s: %w", name, d.TripID, err)
+	}
+	if row.Outcome != nil && strings.HasPrefix(*row.Outcome, settledPrefix) {
+		return "refused: step " + name + " is " + row.Status + ", " + *row.Outcome + "; a step is settled once", nil
+	}
+	kinds, err := queries.IncidentKindsOfStep(ctx, tx, dbsqlc.IncidentKindsOfStepParams{TripID: d.TripID, Step: name})
+	if err != nil {
+		return "", fmt.Errorf("saga: settle %s of %s: %w", name, d.TripID, err)
+	}
+	raised := func(family []string) bool {
+		return slices.ContainsFunc(kinds, func(k string) bool { return slices.Contains(family, k) })
+	}
+	now := time.Now()
+	what := fmt.Sprintf("%s: %s by %s (%s)", settledPrefix, d.Outcome, d.Operator, d.Reason)
+	var typ string
+	carry := false
+	switch st := Status(row.Status); {
+	case st == Compensating:
+		if d.Outcome != events.SettleUndone {
+			return "refused: step " + name + " is compensating: what is stuck is its undo; settle it " + events.SettleUndone, nil
+		}
+		if !raised(undoIncidents) {
+			return "refused: step " + name + " is compensating, but its undo has raised no incident: it is not stuck (retry_undo calls it now)", nil
+		}
+		row.UndoneAt, row.VerifyAt = &now, nil
+		switch {
+		case row.UndoCause != nil && *row.UndoCause == CauseOperator:
+			row.Status = string(Compensated) // a leaked record: the operator log is the record
+		case row.UndoCause != nil && *row.UndoCause == CauseDeadline:
+			row.Status, typ = string(Failed), r.cfg.Spec.OnFailed
+		default:
+			row.Status, typ = string(Compensated), r.cfg.Spec.OnUndone
+		}
+	case st == Pending || st == Started || st == Unknown:
+		if d.Outcome == events.SettleUndone {
+			return "refused: step " + name + " is " + row.Status + " and no undo of it was asked for; settle it " + events.SettleDone + " or " + events.SettleNotDone, nil
+		}
+		if !raised(forwardIncidents) {
+			return "refused: step " + name + " is " + row.Status + ", but it has raised no incident: it is not stuck", nil
+		}
+		if d.Outcome == events.SettleDone {
+			row.Status, typ, carry = string(Done), r.cfg.Spec.OnDone, true
+			break
+		}
+		if r.cfg.Spec.Class == events.ForwardOnly {
+			return "refused: step " + name + " is forward-only: after the pivot a trip only goes forward, so it is settled " + events.SettleDone + " or retried", nil
+		}
+		row.Status, typ = string(Failed), r.cfg.Spec.OnFailed
+		row.Reason = new("settled by hand: not done")
+	default:
+		return "refused: step " + name + " is " + row.Status + ": nothing stuck to settle", nil
+	}
+	row.Outcome, row.LastError, row.FinishedAt = &what, nil, &now
+	if row.Owner != nil && *row.Owner == r.cfg.Liveness.ID() {
+		row.Owner = nil
+	}
+	if err := update(ctx, tx, row); err != nil {
+		return "", err
+	}
+	resolved, err := queries.IncidentResolveStepByOperator(ctx, tx, dbsqlc.IncidentResolveStepByOperatorParams{
+		Operator: &d.Operator, Reason: &d.Reason, TripID: d.TripID, Step: name,
+	})
+	if err != nil {
+		return "", fmt.Errorf("saga: settle %s of %s: %w", name, d.TripID, err)
+	}
+	evs, err := r.eventBy(typ, &row, carry, d.Operator)
+	if err != nil {
+		return "", err
+	}
+	if err := outbox.Write(ctx, tx, evs...); err != nil {
+		return "", err
+	}
+	effect := fmt.Sprintf("settled by hand (%s): step %s is %s, its retries stopped, %d incident(s) resolved", d.Outcome, name, row.Status, resolved)
+	if typ != "" {
+		effect += "; " + events.Kind(typ) + " published"
+	}
+	r.log.Warn("saga: step settled by hand by an operator", "trip_id", d.TripID, "step", name, "outcome", d.Outcome, "operator", d.Operator, "event", typ)
+	return effect, nil
 }

@@ -832,7 +832,7 @@ func (r *Runner) undo(ctx context.Context, claimed dbsqlc.Step) {
 			row.LastError = new(callErr.Error())
 			row.NextAttemptAt = now.Add(r.t.UndoBackoffMax)
 			r.log.Error("saga: the company refused the undo; retrying at the longest backoff until a person acts", "trip_id", row.TripID, "key", row.IdempotencyKey, "attempt", row.UndoAttempts, "err", callErr)
-			return nil, r.raise(ctx, tx, row, IncidentCompensationRefused, int(row.UndoAttempts), callErr.Error())
+			return r.raiseStuck(ctx, tx, row, IncidentCompensationRefused, callErr.Error())
 		}
 		if callErr != nil {
 			row.LastError = new(callErr.Error())
@@ -846,7 +846,7 @@ func (r *Runner) undo(ctx context.Context, claimed dbsqlc.Step) {
 				}
 			}
 			if int(row.UndoAttempts) >= r.t.IncidentAfter {
-				return nil, r.raise(ctx, tx, row, IncidentCompensationStuck, int(row.UndoAttempts), callErr.Error())
+				return r.raiseStuck(ctx, tx, row, IncidentCompensationStuck, callErr.Error())
 			}
 			return nil, nil
 		}
@@ -1024,10 +1024,16 @@ func (r *Runner) endLease(row *dbsqlc.Step) {
 }
 
 func (r *Runner) event(typ string, row *dbsqlc.Step, carryTrip bool) ([]event.Event, error) {
+	return r.eventBy(typ, row, carryTrip, "")
+}
+
+// eventBy is [Runner.event] of a step an operator settled by hand
+// (settledBy names them; "" when the company answered).
+func (r *Runner) eventBy(typ string, row *dbsqlc.Step, carryTrip bool, settledBy string) ([]event.Event, error) {
 	if typ == "" {
 		return nil, nil
 	}
-	d := events.StepData{TripID: row.TripID, Step: row.Step, IdempotencyKey: row.IdempotencyKey}
+	d := events.StepData{TripID: row.TripID, Step: row.Step, IdempotencyKey: row.IdempotencyKey, SettledBy: settledBy}
 	if row.CompanyRef != nil {
 		d.CompanyRef = *row.CompanyRef
 	}
@@ -1060,6 +1066,35 @@ func (r *Runner) raise(ctx context.Context, tx pgx.Tx, row *dbsqlc.Step, kind st
 		r.log.Error("saga: INCIDENT raised for a person; retries go on", "incident", kind, "trip_id", row.TripID, "key", row.IdempotencyKey, "attempts", attempts, "last_error", lastErr)
 	}
 	return nil
+}
+
+// raiseStuck raises the incident kind of an undo that is stuck (past
+// IncidentAfter attempts) or refused for good, and returns, when this call
+// raised it, the step's stuck event (Spec.OnStuck, e.g.
+// payment.refund_stuck; see events.Compensation.Stuck), written in the
+// same transaction: the step before is undone on it while this undo goes
+// on retrying, so one stuck undo does not hold up the others. An
+// operator's undo of a leaked record (CauseOperator) belongs to no
+// running saga and publishes none.
+func (r *Runner) raiseStuck(ctx context.Context, tx pgx.Tx, row *dbsqlc.Step, kind, lastErr string) ([]event.Event, error) {
+	inserted, err := queries.IncidentRaise(ctx, tx, dbsqlc.IncidentRaiseParams{
+		TripID: row.TripID, Step: row.Step, Kind: kind, Attempts: row.UndoAttempts, LastError: lastErr,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("saga: raise incident: %w", err)
+	}
+	if !inserted {
+		return nil, nil
+	}
+	r.raised.Inc()
+	r.log.Error("saga: INCIDENT raised for a person; retries go on", "incident", kind, "trip_id", row.TripID, "key", row.IdempotencyKey, "attempts", row.UndoAttempts, "last_error", lastErr)
+	if row.UndoCause != nil && *row.UndoCause == CauseOperator {
+		return nil, nil
+	}
+	if r.cfg.Spec.OnStuck != "" {
+		r.log.Warn("saga: the undo is stuck; the steps before it are undone meanwhile, and it goes on retrying", "trip_id", row.TripID, "key", row.IdempotencyKey, "event", r.cfg.Spec.OnStuck)
+	}
+	return r.event(r.cfg.Spec.OnStuck, row, false)
 }
 
 func update(ctx context.Context, tx pgx.Tx, row dbsqlc.Step) error {

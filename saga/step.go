@@ -128,6 +128,11 @@ type Spec struct {
 	// deadline, undone by key) and undone by a compensation. Empty means
 	// publish nothing for that outcome.
 	OnDone, OnRejected, OnFailed, OnUndone string
+	// OnStuck is published once when the undo raises its incident
+	// (compensation_stuck or compensation_refused) and goes on retrying:
+	// the step before is undone on it (events.Compensation.Stuck). Empty:
+	// nothing is published ([NewService] takes it from the catalogue).
+	OnStuck string
 }
 
 // Timing of a runner. Zero fields take the defaults.

@@ -12,11 +12,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/oklog/ulid/v2"
 	"github.com/spf13/cobra"
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/demo"
 	"github.com/tripsaga/tripsaga/internal/stack"
+	"github.com/tripsaga/tripsaga/reconciler"
 )
 
 func demoCmd() *cobra.Command {
@@ -24,8 +26,8 @@ func demoCmd() *cobra.Command {
 	var dir, steps string
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Start everything (as up does), book trips in nine situations and judge each against the companies' records",
-		Long: `demo starts the whole system in a fresh folder, books trips in nine
+		Short: "Start everything (as up does), book trips in ten situations and judge each against the companies' records",
+		Long: `demo starts the whole system in a fresh folder, books trips in ten
 situations (all well, sold out, declined, a SIGKILL after the charge, a lost
 answer, a hanging company, refunds failing for 30 s, a repeated POST, a
 confirmed trip the traveler cancels inside 7 days) and prints, for each:
@@ -70,7 +72,7 @@ func runDemo(ctx context.Context, out, errw io.Writer, dir string, keep, asJSON 
 	}
 	fmt.Fprintf(errw, "starting NATS, PostgreSQL, the simulators and every service in %s ...\n", dir)
 	start := time.Now()
-	s, err := stack.Start(ctx, stack.Config{Dir: dir, Logger: demoLogger(errw)})
+	s, err := stack.Start(ctx, stack.Config{Dir: dir, Logger: demoLogger(errw), Env: []string{reconciler.OperatorTokenEnv + "=" + demoToken}})
 	if err != nil {
 		return err
 	}
@@ -101,6 +103,10 @@ func runDemo(ctx context.Context, out, errw io.Writer, dir string, keep, asJSON 
 	return nil
 }
 
+// demoToken is the operators' token of the demo's reconciler: the demo's
+// own stack, which an operator's settle ends one situation of.
+var demoToken = "demo-" + ulid.Make().String() //nolint:gochecknoglobals // one per process
+
 // demoLogger is the supervisor's logger in the demo: warnings and errors
 // only, on errw, between the demo's own progress lines.
 func demoLogger(errw io.Writer) *slog.Logger {
@@ -118,6 +124,7 @@ func demoEnv(s *stack.Stack, errw io.Writer) *demo.Env {
 	}
 	return &demo.Env{
 		TripsURL: s.URL("trips"), PaymentURL: s.URL("payment"), InsurerURL: insurer,
+		ReconcilerURL: s.URL("reconciler"), OperatorToken: demoToken,
 		HotelURL: urls["HOTEL_URL"], PaymentsURL: urls["PAYMENTS_URL"], CarsURL: urls["CARS_URL"], MailURL: urls["MAIL_URL"],
 		Kill: func(ctx context.Context, name string) error {
 			fmt.Fprintf(errw, "  >> killing %s (pid %d) with SIGKILL on purpose: this is the situation being shown, not a failure;\n"+

@@ -177,7 +177,7 @@ func runAction(cmd *cobra.Command, f *opFlags, ar reconciler.ActionRequest) erro
 func incidentsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "incidents",
-		Short: "List the services' incidents and act on them (retry the undo now, resolve with a reason)",
+		Short: "List the services' incidents and act on them (retry the undo now, resolve with a reason, settle a step done by hand)",
 		Long: `Incidents are problems a service raised for a person: an undo that keeps
 failing (compensation_stuck), a company refusing an undo, answers that
 break the contract, credentials. Retries go on while one is open.
@@ -185,7 +185,9 @@ break the contract, credentials. Retries go on while one is open.
 "list" reads every service's incidents through the reconciler
 (GET /api/incidents). "retry" asks the service to call the trip's undo now
 (and lifts a pause); "resolve" closes the trip's incidents at the service
-with a reason. Actions are events on the OPERATOR stream, posted to the
+with a reason (retries go on); "settle" records that a person did the
+stuck step's work by hand (--outcome undone for an undo): its retries stop
+and the saga finishes from there. Actions are events on the OPERATOR stream, posted to the
 reconciler (POST /api/actions) with the bearer token in OPERATOR_TOKEN;
 the same --key twice acts once.
 
@@ -268,7 +270,37 @@ The reconciler is found at RECONCILER_URL, or through the up running in
 	}
 	sf.act(resolve, true)
 	resolve.Flags().StringVar(&kind, "incident", "", "the incident kind to resolve (default: every open one of the trip at the service)")
-	cmd.AddCommand(list, retry, resolve)
+
+	var tf opFlags
+	var outcome, stepName string
+	settle := &cobra.Command{
+		Use:   "settle <trip>",
+		Short: "Record that a person did a stuck step's work by hand: its retries stop, its event is published, the saga finishes",
+		Long: `settle records that a person did, outside the system, what a stuck step
+keeps failing to do (refunded the card by hand, released the room by phone):
+the service marks the step settled by hand, stops its retries, resolves its
+incidents and publishes its event with settled_by naming you
+(payment.refunded for a refund), so the saga finishes from there: a
+canceling trip whose last open undo this was settles canceled and the
+traveler gets one mail.
+
+--outcome undone settles an undo that raised its incident (compensation_stuck
+or compensation_refused); done or not_done a step stuck unknown going
+forward (not_done never for a step after the pivot: it only goes forward).
+A step is settled once; a step that is not stuck is refused (409, or
+"refused: ..." in the service's record of the action: tripsaga timeline).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if outcome == "" {
+				return errors.New("--outcome is required: " + strings.Join(events.SettleOutcomes, ", ") + " (what a person did)")
+			}
+			return runAction(cmd, &tf, reconciler.ActionRequest{Action: events.ActionSettle, Trip: args[0], Service: tf.service, Outcome: outcome, Step: stepName})
+		},
+	}
+	tf.act(settle, true)
+	settle.Flags().StringVar(&outcome, "outcome", "", "what a person did: undone (the stuck undo), done or not_done (a step stuck unknown); required")
+	settle.Flags().StringVar(&stepName, "step", "", "the step, when the service owns several (trips: mail, traveler_mail); default: the service's saga step")
+	cmd.AddCommand(list, retry, resolve, settle)
 	return cmd
 }
 

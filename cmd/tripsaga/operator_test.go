@@ -89,6 +89,16 @@ func TestOperatorCommands(t *testing.T) {
 	out, err = runCmd(t, incidentsCmd(), "resolve", "T-cli-1", "--service", "payment", "--incident", "compensation_stuck", "--reason", "refunded by hand", "--operator", "bo")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "resolve of trip T-cli-1 asked of payment by bo (refunded by hand)")
+	_, err = runCmd(t, incidentsCmd(), "settle", "T-cli-1", "--service", "payment", "--reason", "refunded by hand")
+	require.ErrorContains(t, err, "--outcome is required: undone, done, not_done")
+	_, err = runCmd(t, incidentsCmd(), "settle", "T-cli-1", "--service", "payment", "--outcome", "undone", "--reason", "refunded by hand")
+	require.ErrorContains(t, err, "409", "no event of the trip shows its refund stuck")
+	require.ErrorContains(t, err, "no undo of it is stuck")
+	out, err = runCmd(t, incidentsCmd(), "settle", "T-cli-1", "--service", "payment", "--outcome", "done", "--reason", "the charge is in the statement", "--operator", "bo")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "settle of trip T-cli-1 asked of payment by bo (the charge is in the statement)")
+	_, err = runCmd(t, incidentsCmd(), "settle", "T-cli-1", "--service", "payment", "--outcome", "done", "--reason", "again")
+	require.ErrorContains(t, err, "was settled already (done, by bo at ")
 	out, err = runCmd(t, repairCmd(), "undo-leak", "T-cli-1", "--service", "hotel", "--reason", "r")
 	require.ErrorContains(t, err, "no open orphan or half finding", out)
 
@@ -105,5 +115,5 @@ func TestOperatorCommands(t *testing.T) {
 
 	evs, err := op.Actions(ctx, "T-cli-1", 10)
 	require.NoError(t, err)
-	require.Len(t, evs, 2, "pause and resolve recorded, once each")
+	require.Len(t, evs, 3, "pause, resolve and settle recorded, once each")
 }

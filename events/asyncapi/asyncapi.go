@@ -198,6 +198,9 @@ func publishers(c events.Catalogue, typ string) []string {
 		if s.Compensation != nil && slices.Contains(s.Compensation.Publishes, typ) {
 			out = append(out, fmt.Sprintf("the end of compensation %s of step %s", s.Compensation.Name, s.Name))
 		}
+		if s.Compensation != nil && s.Compensation.Stuck == typ {
+			out = append(out, fmt.Sprintf("compensation %s of step %s raising its incident while it goes on retrying", s.Compensation.Name, s.Name))
+		}
 	}
 	for _, p := range c.Projections {
 		if slices.Contains(p.Publishes, typ) {
@@ -342,7 +345,7 @@ func message(c events.Catalogue, et events.EventType, i int) (*yaml.Node, error)
 // typ.
 func publishingStep(c events.Catalogue, typ string) (events.Step, bool) {
 	for _, s := range c.Steps {
-		if slices.Contains(s.Publishes, typ) || (s.Compensation != nil && slices.Contains(s.Compensation.Publishes, typ)) {
+		if slices.Contains(s.Publishes, typ) || slices.Contains(s.Compensation.Events(), typ) {
 			return s, true
 		}
 	}
@@ -365,7 +368,7 @@ func refine(c events.Catalogue, et events.EventType) *yaml.Node {
 		// mail.sent comes from two steps (mail, traveler_mail): either.
 		var names []any
 		for _, s := range c.Steps {
-			if slices.Contains(s.Publishes, et.Type) || (s.Compensation != nil && slices.Contains(s.Compensation.Publishes, et.Type)) {
+			if slices.Contains(s.Publishes, et.Type) || slices.Contains(s.Compensation.Events(), et.Type) {
 				names = append(names, s.Name)
 			}
 		}

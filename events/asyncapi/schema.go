@@ -117,6 +117,7 @@ var fields = map[string]map[string]field{ //nolint:gochecknoglobals // read-only
 		"company_ref":     {desc: "The company's reference of what it did (hold_id, charge_id, booking_id, message_id); absent when the company did nothing or did not say.", apply: nonEmpty},
 		"reason":          {desc: "Why the step was rejected, failed or undone, in words, when there is a reason to give.", apply: nonEmpty},
 		"request":         {desc: "The trip request, carried by the events that start the next step."},
+		"settled_by":      {desc: "The operator who settled the step by hand (action settle: a person did the undo, or the step, outside the system); absent when the company answered.", apply: nonEmpty},
 	},
 	"TripSettledData": {
 		"":             {desc: "Data of io.tripsaga.trip.confirmed.v1, io.tripsaga.trip.canceled.v1 and io.tripsaga.trip.canceled_by_traveler.v1: the trip is settled."},
@@ -141,11 +142,15 @@ var fields = map[string]map[string]field{ //nolint:gochecknoglobals // read-only
 	},
 	"OperatorActionData": {
 		"": {desc: "Data of io.tripsaga.operator.action.v1: who (operator) asked for what (action, about trip_id, carried out by service) and why (reason); when is the event's ce-time."},
-		"action": {desc: "What is asked: retry_undo (call the undo now, lifting a pause), pause and resume (the trip's company calls at the service), resolve (close incidents with the reason), redrive (hand dead_letter to the consumer that parked it), undo_leak (undo by key a company record found in force that should not be).", apply: func(s *jsonschema.Schema) {
-			s.Enum = []any{"retry_undo", "pause", "resume", "resolve", "redrive", "undo_leak"}
+		"action": {desc: "What is asked: retry_undo (call the undo now, lifting a pause), pause and resume (the trip's company calls at the service), resolve (close incidents with the reason), redrive (hand dead_letter to the consumer that parked it), undo_leak (undo by key a company record found in force that should not be), settle (record that a person did a stuck step's work by hand: its retries stop and its event is published).", apply: func(s *jsonschema.Schema) {
+			s.Enum = []any{"retry_undo", "pause", "resume", "resolve", "redrive", "undo_leak", "settle"}
 		}},
-		"trip_id":         {desc: "The trip the action is about, the event's ce-subject.", apply: nonEmpty},
-		"service":         {desc: "The service that carries the action out (trips, hotel, payment, car, insurance when on; the consumer that parked a re-driven event).", apply: nonEmpty},
+		"trip_id": {desc: "The trip the action is about, the event's ce-subject.", apply: nonEmpty},
+		"service": {desc: "The service that carries the action out (trips, hotel, payment, car, insurance when on; the consumer that parked a re-driven event).", apply: nonEmpty},
+		"outcome": {desc: "What a person did, for settle: undone (the stuck undo was done by hand), done or not_done (a forward step stuck unknown).", apply: func(s *jsonschema.Schema) {
+			s.Enum = []any{events.SettleUndone, events.SettleDone, events.SettleNotDone}
+		}},
+		"step":            {desc: "The step to settle when the service owns several (mail, traveler_mail); absent: the service's saga step.", apply: nonEmpty},
 		"incident":        {desc: "The incident kind to resolve (compensation_stuck...); absent resolves every open incident of the trip at the service.", apply: nonEmpty},
 		"reason":          {desc: "Why, in the operator's words.", apply: nonEmpty},
 		"operator":        {desc: "Who asked (a name or an email).", apply: nonEmpty},

@@ -44,6 +44,9 @@ type Env struct {
 	InsurerURL string
 	// PaymentURL is the payment service's own URL (for its incidents).
 	PaymentURL string
+	// ReconcilerURL and OperatorToken reach the reconciler's actions
+	// (POST /api/actions), for the situation an operator ends.
+	ReconcilerURL, OperatorToken string
 	// Kill sends SIGKILL to a service process and waits until it is
 	// running and ready again.
 	Kill func(ctx context.Context, name string) error
@@ -124,6 +127,7 @@ func SituationsWith(insurance bool) []Situation {
 		{Name: "car booked, answer lost", WantStatus: "confirmed", WantVerdict: Whole, run: carAnswerLost},
 		{Name: "car times out, never books", WantStatus: "canceled", WantVerdict: Empty, run: carHangs},
 		{Name: "refunds fail for 30 s while undoing", WantStatus: "canceled", WantVerdict: Empty, run: refundsFail},
+		{Name: "refunds refused for good, then settled by an operator", WantStatus: "canceled", WantVerdict: Empty, run: refundsRefused},
 		{Name: "same POST twice, one Idempotency-Key", WantStatus: "confirmed", WantVerdict: Whole, run: samePostTwice},
 		{Name: "a confirmed trip canceled by the traveler inside 7 days", WantStatus: "canceled_by_traveler", WantVerdict: FeeKept, run: canceledInside7Days},
 	}, insurerSituations(insurance)...)

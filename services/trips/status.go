@@ -43,14 +43,30 @@ var failures = map[string]string{ //nolint:gochecknoglobals // read-only table
 //   - canceled once a step failed and every step that happened is undone
 //     (a step happened if its done event, or any event of a later step, was
 //     seen: the later step ran only because it was done);
-//   - canceling otherwise.
-func Project(seen []string) string { return project(events.Selected(), seen) }
+//   - canceling otherwise, also while an undo that raised its incident is
+//     still open ([OpenUndos]): the others are undone meanwhile.
+func Project(seen []string) string {
+	status, _ := project(events.Selected(), seen)
+	return status
+}
+
+// OpenUndos returns, for a trip whose events seen are seen, the steps
+// whose undo raised its incident (stuck past its limit, or refused for
+// good: its stuck event, e.g. payment.refund_stuck, was seen) and is not
+// done yet, newest first: the trip stays canceling while the steps before
+// them are undone, and settles canceled when they are done (by the
+// company, or settled by an operator). Nil when there is none.
+func OpenUndos(seen []string) []string {
+	_, open := project(events.Selected(), seen)
+	return open
+}
 
 // FailureReason returns the traveler-facing reason of a failure kind, or "".
 func FailureReason(kind string) string { return failures[kind] }
 
 // Steps returns each step's state for GET /trips/{id}: "held",
-// "released", "sold_out", "charged", ..., "pending" while nothing is known,
+// "released", "sold_out", "charged", "refund_stuck" (its undo raised its
+// incident and goes on), ..., "pending" while nothing is known,
 // "skipped" when the trip ended before the step ran.
 func Steps(seen []string, status string) map[string]string {
 	has := func(k string) bool { return slices.Contains(seen, k) }
@@ -66,8 +82,8 @@ func Steps(seen []string, status string) map[string]string {
 		return "skipped"
 	}
 	m := map[string]string{
-		"hotel":   pick("hotel.released", "released", "hotel.failed", "failed", "hotel.rejected", "sold_out", "hotel.held", "held"),
-		"payment": pick("payment.refunded", "refunded", "payment.failed", "failed", "payment.declined", "declined", "payment.charged", "charged"),
+		"hotel":   pick("hotel.released", "released", "hotel.failed", "failed", "hotel.rejected", "sold_out", "hotel.release_stuck", "release_stuck", "hotel.held", "held"),
+		"payment": pick("payment.refunded", "refunded", "payment.failed", "failed", "payment.declined", "declined", "payment.refund_stuck", "refund_stuck", "payment.charged", "charged"),
 		"car":     pick("car.booked", "booked", "car.failed", "failed", "car.rejected", "sold_out"),
 	}
 	addSteps(m, events.Selected(), pick) // an optional step's: "insurance"

@@ -46,10 +46,13 @@ var queries = dbsqlc.New() //nolint:gochecknoglobals // stateless
 
 // Trip is the API's view of a trip (trips-api.md, GET /trips/{id}).
 type Trip struct {
-	TripID    string              `json:"trip_id"`
-	Status    string              `json:"status"`
-	Steps     map[string]string   `json:"steps"`
-	Reason    string              `json:"reason,omitempty"`
+	TripID string            `json:"trip_id"`
+	Status string            `json:"status"`
+	Steps  map[string]string `json:"steps"`
+	Reason string            `json:"reason,omitempty"`
+	// OpenUndo names the steps whose undo raised its incident and is not
+	// done yet, newest first, while the trip is canceling ([OpenUndos]).
+	OpenUndo  []string            `json:"open_undo,omitempty"`
 	CreatedAt time.Time           `json:"created_at"`
 	SettledAt *time.Time          `json:"settled_at,omitempty"`
 	Request   *events.TripRequest `json:"request,omitempty"`
@@ -64,6 +67,9 @@ func tripFromRow(row dbsqlc.Trip) Trip {
 	}
 	if row.Reason != nil {
 		t.Reason = *row.Reason
+	}
+	if row.Status == StatusCanceling {
+		t.OpenUndo = OpenUndos(row.Seen)
 	}
 	if row.SettledAt != nil {
 		s := row.SettledAt.UTC()

@@ -9,6 +9,37 @@ import (
 	"context"
 )
 
+const incidentKindsOfStep = `-- name: IncidentKindsOfStep :many
+SELECT kind FROM incidents WHERE trip_id = $1 AND step = $2 ORDER BY raised_at
+`
+
+type IncidentKindsOfStepParams struct {
+	TripID string
+	Step   string
+}
+
+// The kinds of incident the trip's step ever raised (open or resolved):
+// whether it got stuck, for an operator's settle.
+func (q *Queries) IncidentKindsOfStep(ctx context.Context, db DBTX, arg IncidentKindsOfStepParams) ([]string, error) {
+	rows, err := db.Query(ctx, incidentKindsOfStep, arg.TripID, arg.Step)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var kind string
+		if err := rows.Scan(&kind); err != nil {
+			return nil, err
+		}
+		items = append(items, kind)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const incidentResolveByOperator = `-- name: IncidentResolveByOperator :execrows
 UPDATE incidents SET resolved_at = now(), resolved_by = $1, resolution = $2
 WHERE trip_id = $3 AND resolved_at IS NULL AND ($4::text = '' OR kind = $4::text)
@@ -29,6 +60,33 @@ func (q *Queries) IncidentResolveByOperator(ctx context.Context, db DBTX, arg In
 		arg.Reason,
 		arg.TripID,
 		arg.Kind,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const incidentResolveStepByOperator = `-- name: IncidentResolveStepByOperator :execrows
+UPDATE incidents SET resolved_at = now(), resolved_by = $1, resolution = $2
+WHERE trip_id = $3 AND step = $4 AND resolved_at IS NULL
+`
+
+type IncidentResolveStepByOperatorParams struct {
+	Operator *string
+	Reason   *string
+	TripID   string
+	Step     string
+}
+
+// Resolves the open incidents of one step of the trip with who and why
+// (an operator settled the step by hand).
+func (q *Queries) IncidentResolveStepByOperator(ctx context.Context, db DBTX, arg IncidentResolveStepByOperatorParams) (int64, error) {
+	result, err := db.Exec(ctx, incidentResolveStepByOperator,
+		arg.Operator,
+		arg.Reason,
+		arg.TripID,
+		arg.Step,
 	)
 	if err != nil {
 		return 0, err

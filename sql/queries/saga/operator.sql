@@ -65,3 +65,14 @@ ON CONFLICT (event_id) DO NOTHING;
 
 -- name: OperatorLogListByTrip :many
 SELECT * FROM operator_log WHERE trip_id = @trip_id ORDER BY at, event_id;
+
+-- name: IncidentKindsOfStep :many
+-- The kinds of incident the trip's step ever raised (open or resolved):
+-- whether it got stuck, for an operator's settle.
+SELECT kind FROM incidents WHERE trip_id = @trip_id AND step = @step ORDER BY raised_at;
+
+-- name: IncidentResolveStepByOperator :execrows
+-- Resolves the open incidents of one step of the trip with who and why
+-- (an operator settled the step by hand).
+UPDATE incidents SET resolved_at = now(), resolved_by = @operator, resolution = @reason
+WHERE trip_id = @trip_id AND step = @step AND resolved_at IS NULL;
