@@ -248,9 +248,19 @@ func (l *Liveness) Close() {
 	if l.conn != nil {
 		// Unlock before closing: a closed session's backend exits (and
 		// lets go of the lock) a moment later, and peers should not wait.
+		// An unlock that answers false means this session did not hold
+		// the lock (PostgreSQL docs, "Advisory Lock Functions"): the
+		// session was lost, or is shared behind a pooler in transaction
+		// mode, so peers may have taken this process for dead: an error.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, _ = queries.ProcessUnlock(ctx, l.conn, dbsqlc.ProcessUnlockParams{Namespace: int32(l.ns.Load()), ID: l.id.Load()})
+		unlocked, err := queries.ProcessUnlock(ctx, l.conn, dbsqlc.ProcessUnlockParams{Namespace: int32(l.ns.Load()), ID: l.id.Load()})
 		cancel()
+		switch {
+		case err != nil:
+			l.log.Error("saga: liveness: could not unlock; the session's end releases the lock", "process_id", l.id.Load(), "err", err)
+		case !unlocked:
+			l.log.Error("saga: liveness: unlock answered false: this session did not hold the process's lock (the session was lost, or DATABASE_URL goes through a pooler in transaction mode)", "process_id", l.id.Load())
+		}
 		l.conn.Conn().Close(context.Background()) //nolint:errcheck // closing
 		l.conn.Release()
 		l.conn = nil
