@@ -402,6 +402,10 @@ func (l *Liveness) Close() {
 	if l.conn != nil {
 		// Unlock before closing: a closed session's backend exits (and
 		// lets go of the lock) a moment later, and peers should not wait.
+		// An unlock that answers false means this session did not hold
+		// the lock (PostgreSQL docs, "Advisory Lock Functions"): the
+		// session was lost, or is shared behind a pooler in transaction
+		// mode, so peers may have taken this process for dead: an error.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		ok, err := queries.ProcessUnlock(ctx, l.conn, dbsqlc.ProcessUnlockParams{Namespace: int32(l.ns.Load()), ID: l.id.Load()})
 		cancel()
@@ -409,7 +413,7 @@ func (l *Liveness) Close() {
 		case err != nil:
 			l.log.Error("saga: liveness: could not release the lock; it goes with the session", "process_id", l.ID(), "err", err)
 		case !ok:
-			l.log.Error("saga: liveness: the lock was not held by this process's session at close (lost without the beat noticing)", "process_id", l.ID())
+			l.log.Error("saga: liveness: unlock answered false: this session did not hold the process's lock (the session was lost, or DATABASE_URL goes through a pooler in transaction mode)", "process_id", l.ID())
 		}
 		drop(l.conn)
 		l.conn = nil

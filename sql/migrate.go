@@ -53,8 +53,8 @@ func Migrate(ctx context.Context, databaseURL, schema string, sets ...string) er
 	if err != nil {
 		return fmt.Errorf("migrate: DATABASE_URL: %w", err)
 	}
-	cfg.RuntimeParams["search_path"] = schema
-	db := stdlib.OpenDB(*cfg)
+	setPath := SetSearchPath(schema)
+	db := stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(setPath))
 	defer db.Close()
 	// A service's role owns its schema but may not create one (the
 	// bootstrap, internal/pgroles, made it): create only a missing schema.
@@ -84,6 +84,9 @@ func Migrate(ctx context.Context, databaseURL, schema string, sets ...string) er
 		db.Close()
 		setRole := "SET ROLE " + pgx.Identifier{owner}.Sanitize()
 		db = stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(func(ctx context.Context, c *pgx.Conn) error {
+			if err := setPath(ctx, c); err != nil {
+				return err
+			}
 			_, err := c.Exec(ctx, setRole)
 			return err
 		}))
@@ -95,6 +98,21 @@ func Migrate(ctx context.Context, databaseURL, schema string, sets ...string) er
 		}
 	}
 	return nil
+}
+
+// SetSearchPath returns a connection hook (pgxpool.Config.AfterConnect,
+// stdlib.OptionAfterConnect) that sets the session's search_path to
+// schema. It is set after connecting rather than as a startup parameter,
+// which a connection pooler in session mode may refuse (PgBouncer 1.18:
+// "unsupported startup parameter: search_path").
+func SetSearchPath(schema string) func(context.Context, *pgx.Conn) error {
+	stmt := "SET search_path TO " + pgx.Identifier{schema}.Sanitize()
+	return func(ctx context.Context, c *pgx.Conn) error {
+		if _, err := c.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("set search_path to %s: %w", schema, err)
+		}
+		return nil
+	}
 }
 
 func migrateSet(ctx context.Context, db *sql.DB, schema, set string) error {

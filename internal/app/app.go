@@ -192,6 +192,12 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 		p.OpsMux = http.NewServeMux()
 	}
 	p.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// A pooler that shares server sessions between clients (PgBouncer in
+	// transaction mode) would break the liveness lock, LISTEN and the
+	// migrations' lock: refused here, naming what to set.
+	if err := CheckSession(ctx, env.DatabaseURL); err != nil {
+		return nil, postgresError(err, env.DatabaseURL)
+	}
 	// DATABASE_URL is the process's own role (internal/pgroles), which
 	// owns schema: the migrations run as it.
 	if err := tripsql.Migrate(ctx, env.DatabaseURL, schema, sets...); err != nil {
@@ -201,7 +207,10 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	// search_path is set after connecting, not as a startup parameter,
+	// which a pooler may refuse (PgBouncer 1.18 refuses every parameter
+	// it does not track: "unsupported startup parameter: search_path").
+	cfg.AfterConnect = tripsql.SetSearchPath(schema)
 	cfg.ConnConfig.RuntimeParams["application_name"] = "tripsaga-" + name
 	netSettings(cfg) // keepalives and timeouts: a silent peer is noticed (netconfig.go)
 	if cfg.MaxConns < 8 {

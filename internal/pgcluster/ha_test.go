@@ -1,0 +1,66 @@
+package pgcluster_test
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/internal/pgcluster"
+	"github.com/tripsaga/tripsaga/internal/testenv"
+)
+
+// TestHAFailsOverToTheStandby: a pg_auto_failover pair starts with a
+// primary and a synchronous standby; a row committed on the primary is on
+// the standby (synchronous replication); once the primary's node is
+// killed with SIGKILL the monitor promotes the standby, and the pair's
+// multi-host URL (target_session_attrs=read-write) writes there, the row
+// committed before the kill still present.
+func TestHAFailsOverToTheStandby(t *testing.T) {
+	if _, err := exec.LookPath("pg_autoctl"); err != nil {
+		t.Skip("pg_auto_failover is not installed (apt-get install postgresql-15-auto-failover)")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	h, err := pgcluster.StartHA(ctx, pgcluster.HAConfig{Dir: filepath.Join(traversableTemp(t), "ha")})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h.Stop() })
+
+	first, err := h.Primary(ctx)
+	require.NoError(t, err)
+	require.Contains(t, pgcluster.HANodeNames, first)
+	require.Equal(t, "ANY 1 (pgautofailover_standby_2)", query(t, h.URL, "SHOW synchronous_standby_names"))
+	c, err := pgx.Connect(ctx, h.URL)
+	require.NoError(t, err)
+	_, err = c.Exec(ctx, "CREATE TABLE kept (v text)")
+	require.NoError(t, err)
+	_, err = c.Exec(ctx, "INSERT INTO kept VALUES ('before the kill')")
+	require.NoError(t, err, "committed once the standby has it (synchronous replication)")
+	c.Close(ctx)
+
+	require.NoError(t, h.Kill(first))
+	killed := time.Now()
+	var writable time.Duration
+	testenv.Eventually(t, func() bool {
+		c, err := pgx.Connect(ctx, h.URL)
+		if err != nil {
+			return false
+		}
+		defer c.Close(context.Background())
+		_, err = c.Exec(ctx, "INSERT INTO kept VALUES ('after the kill')")
+		if err == nil {
+			writable = time.Since(killed)
+		}
+		return err == nil
+	}, "the standby takes writes after the primary's node is killed")
+	t.Logf("writable again %s after the kill", writable.Round(100*time.Millisecond))
+	second, err := h.Primary(ctx)
+	require.NoError(t, err)
+	require.NotEqual(t, first, second)
+	require.Equal(t, "2", query(t, h.URL, "SELECT count(*)::text FROM kept"), "the row committed before the kill survived")
+}
