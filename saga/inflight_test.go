@@ -24,7 +24,14 @@ func TestRetriesDuringACallInFlight(t *testing.T) {
 	timing := fast
 	timing.CallTimeout, timing.StepDeadline = 5*time.Second, 20*time.Second
 	timing.UndoBackoffMin, timing.UndoBackoffMax = time.Hour, time.Hour
-	r := runnerLive(t, b, timing, liveness(t, b, "hotel-inflight"))
+	live := liveness(t, b, "hotel-inflight")
+	// The replica beats, as a running service does: a replica whose
+	// liveness no beat confirms is fenced and calls nothing.
+	lctx, stopBeats := context.WithCancel(ctx)
+	beating := make(chan struct{})
+	go func() { _ = live.Run(lctx); close(beating) }()
+	t.Cleanup(func() { stopBeats(); <-beating })
+	r := runnerLive(t, b, timing, live)
 	request(t, b, r, "T-inflight", "inflight@x.io")
 	runUntil(t, r, func() bool { return step(t, b, "T-inflight").Status == "done" }, "held")
 
