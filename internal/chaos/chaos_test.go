@@ -28,11 +28,11 @@ func TestChaosTwoMinutes(t *testing.T) {
 	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/tripsaga").CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 
-	disruptions := []string{DisruptKill, DisruptStepDown, DisruptEmptyStore}
+	disruptions := Disruptions // every kind: kill, step-down, empty-store, lose-acked
 	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "chaos", "--duration", "2m", "--rate", "5", "--replicas", "2", "--nats-cluster", "3",
-		"--kill-every", "4s", "--faults", strings.Join(disruptions, ","), "--settle-limit", "4m", "--json")
+		"--kill-every", "4s", "--faults", strings.Join(disruptions, ","), "--settle-limit", "5m", "--json")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	runErr := cmd.Run()
@@ -70,6 +70,8 @@ func TestChaosTwoMinutes(t *testing.T) {
 	for _, k := range disruptions {
 		require.Positive(t, rep.Disruptions[k], "disruptions of kind %s: %v (errors %v)", k, rep.Disruptions, rep.KillErrors)
 	}
+	require.NotEmpty(t, rep.LostEvents, "acked events were deleted from their streams")
+	require.Equal(t, len(rep.LostEvents), rep.LostFoundAgain, "every acked event deleted from its stream was published again: %+v", rep.LostEvents)
 	require.Contains(t, rep.Victims, "nats-2")
 	require.Contains(t, rep.Victims, "trips-2")
 	require.NotContains(t, rep.Victims, "sim")
