@@ -166,15 +166,26 @@ func (l *Liveness) Fenced() bool {
 	return ok && !time.Now().Before(at)
 }
 
-// connect opens the lock's own session: the pool's connection settings
+// connect opens the lock's own session with the pool's connection settings
 // (search_path included), and idle_session_timeout = [LockIdleTimeout] so
 // the server ends the session, and frees the lock, once this process is
 // silent, whatever the network between them does.
 func (l *Liveness) connect(ctx context.Context) (*pgx.Conn, error) {
-	cfg := l.pool.Config().ConnConfig.Copy()
-	cfg.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(LockIdleTimeout.Milliseconds(), 10)
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	pcfg := l.pool.Config()
+	conn, err := pgx.ConnectConfig(ctx, pcfg.ConnConfig.Copy())
 	if err != nil {
+		return nil, fmt.Errorf("saga: liveness: connect: %w", err)
+	}
+	// The pool's own settings (search_path, the network timeouts) are set
+	// after connecting (internal/app), not as startup parameters.
+	if pcfg.AfterConnect != nil {
+		if err := pcfg.AfterConnect(ctx, conn); err != nil {
+			drop(conn)
+			return nil, fmt.Errorf("saga: liveness: connect: %w", err)
+		}
+	}
+	if _, err := conn.Exec(ctx, "SET idle_session_timeout = "+strconv.FormatInt(LockIdleTimeout.Milliseconds(), 10)); err != nil {
+		drop(conn)
 		return nil, fmt.Errorf("saga: liveness: connect: %w", err)
 	}
 	return conn, nil

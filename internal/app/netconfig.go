@@ -2,11 +2,13 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 )
@@ -49,23 +51,41 @@ const (
 )
 
 // netSettings sets the network timeouts above on a PostgreSQL pool's
-// configuration: the server's through runtime parameters (sent at
-// connection start, so they hold for the session's life), the client's
-// on its dialer. A setting DATABASE_URL already gives (options=-c ... or
-// connect_timeout) is kept.
+// configuration: the server's with SET right after each connection is
+// made (chained after cfg.AfterConnect, so they hold for the session's
+// life; not as startup parameters, which a pooler may refuse: PgBouncer
+// 1.18 answers "unsupported startup parameter" for every one it does not
+// track), the client's on its dialer. A setting DATABASE_URL already
+// gives (a parameter, options=-c ... or connect_timeout) is kept.
 func netSettings(cfg *pgxpool.Config) {
 	cc := cfg.ConnConfig
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
-	for k, v := range map[string]string{
-		"tcp_keepalives_idle":                 strconv.Itoa(int(PGKeepAliveIdle.Seconds())),
-		"tcp_keepalives_interval":             strconv.Itoa(int(PGKeepAliveInterval.Seconds())),
-		"tcp_keepalives_count":                strconv.Itoa(PGKeepAliveCount),
-		"tcp_user_timeout":                    ms(PGUserTimeout),
-		"statement_timeout":                   ms(PGStatementTimeout),
-		"idle_in_transaction_session_timeout": ms(PGIdleInTransactionTimeout),
+	var sets []string
+	for _, kv := range [][2]string{
+		{"tcp_keepalives_idle", strconv.Itoa(int(PGKeepAliveIdle.Seconds()))},
+		{"tcp_keepalives_interval", strconv.Itoa(int(PGKeepAliveInterval.Seconds()))},
+		{"tcp_keepalives_count", strconv.Itoa(PGKeepAliveCount)},
+		{"tcp_user_timeout", ms(PGUserTimeout)},
+		{"statement_timeout", ms(PGStatementTimeout)},
+		{"idle_in_transaction_session_timeout", ms(PGIdleInTransactionTimeout)},
 	} {
+		k, v := kv[0], kv[1]
 		if _, ok := cc.RuntimeParams[k]; !ok && !strings.Contains(cc.RuntimeParams["options"], k+"=") {
-			cc.RuntimeParams[k] = v
+			sets = append(sets, "SET "+k+" = "+v)
+		}
+	}
+	if len(sets) > 0 {
+		stmt, prev := strings.Join(sets, "; "), cfg.AfterConnect
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			if prev != nil {
+				if err := prev(ctx, c); err != nil {
+					return err
+				}
+			}
+			if _, err := c.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("postgres: network timeouts: %w", err)
+			}
+			return nil
 		}
 	}
 	if cc.ConnectTimeout == 0 {
