@@ -331,10 +331,14 @@ func (c *config) hit(ctx context.Context, p Point, n int, trip func(int) string)
 		if !ok {
 			continue
 		}
-		if r.Once != "" && !c.claimOnce(r, name, t) {
-			continue
+		if r.Once != "" {
+			if !c.claimOnce(r, name, t) {
+				continue
+			}
+			return act(ctx, r, name) // claimOnce logged it
 		}
-		return fire(ctx, r, name, t)
+		logFired(r, name, t)
+		return act(ctx, r, name)
 	}
 	return nil
 }
@@ -357,9 +361,14 @@ func (r Rule) match(n int, trip func(int) string) (string, bool) {
 // written to a file of this process's own, which is then hard-linked to
 // the marker's name (link(2) fails when the name exists, as O_EXCL does).
 // A process killed meanwhile (another goroutine's kill rule) leaves no
-// marker without its pid and trip, and the rule still to fire. It returns
-// false when the marker exists (the rule fired before, in this process or
-// another) or cannot be made.
+// marker without its pid and trip, and the rule still to fire. The "fault
+// fired" line is logged before the link, so that a marker always has its
+// log line in the process it names, even when that process is killed
+// right after the link by another goroutine's kill rule (a test reads the
+// marker, then looks for the line); a hit that then loses the link to
+// another process logs that it did nothing. It returns false when the
+// marker exists (the rule fired before, in this process or another) or
+// cannot be made.
 func (c *config) claimOnce(r Rule, point, trip string) bool {
 	path := filepath.Join(c.dir, r.Once+".fired")
 	if _, err := os.Stat(path); err == nil {
@@ -372,9 +381,12 @@ func (c *config) claimOnce(r Rule, point, trip string) bool {
 		return false
 	}
 	defer os.Remove(tmp)
+	logFired(r, point, trip)
 	if err := os.Link(tmp, path); err != nil {
-		if !errors.Is(err, os.ErrExist) {
-			log().Error("fault: cannot create the once marker; the rule does not fire", "rule", r.Text, "err", err)
+		if errors.Is(err, os.ErrExist) {
+			log().Warn("fault: another process fired this once rule first; this hit does nothing", "rule", r.Text, "pid", os.Getpid())
+		} else {
+			log().Error("fault: cannot create the once marker; the rule does not fire", "rule", r.Text, "err", err, "pid", os.Getpid())
 		}
 		return false
 	}
@@ -388,8 +400,13 @@ var tmpSeq atomic.Int64 //nolint:gochecknoglobals // a counter
 // once=name in dir.
 func Marker(dir, name string) string { return filepath.Join(dir, name+".fired") }
 
-func fire(ctx context.Context, r Rule, point, trip string) error {
+// logFired logs the line every fired fault has (the package comment).
+func logFired(r Rule, point, trip string) {
 	log().Warn("fault fired", "point", point, "action", r.Action, "rule", r.Text, "trip_id", trip, "pid", os.Getpid())
+}
+
+// act does what r's action says, once its firing is logged.
+func act(ctx context.Context, r Rule, point string) error {
 	switch r.Action {
 	case Kill:
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
