@@ -25,6 +25,37 @@ const (
 	MaxAge = 30 * 24 * time.Hour
 )
 
+// DuplicateWindowEnv names the environment variable that sets the event
+// streams' duplicate window in milliseconds (default [DuplicateWindow]),
+// from [MinDuplicateWindow] to [MaxAge]. Every process that creates or
+// updates streams must be given the same value, or each start puts its
+// own back. A shorter window costs nothing in correctness (the consumers'
+// inboxes drop a duplicate the stream kept) and lets the outbox publish
+// again, sooner, an event a stream lost (the server remembers a deleted
+// message's id for the whole window and would store nothing before);
+// chaos runs use it (`tripsaga chaos --duplicate-window`).
+const DuplicateWindowEnv = "STREAM_DUPLICATE_WINDOW_MS"
+
+// MinDuplicateWindow is the shortest duplicate window [DuplicateWindowEnv]
+// may set: four times the outbox relay's default longest backoff (5 s),
+// so that a relay's re-publish after a failed mark still falls inside it.
+const MinDuplicateWindow = 20 * time.Second
+
+// StreamDuplicateWindow reads [DuplicateWindowEnv]: [DuplicateWindow] when
+// unset; an error names a value that is not a whole number of
+// milliseconds from [MinDuplicateWindow] to [MaxAge].
+func StreamDuplicateWindow() (time.Duration, error) {
+	v := os.Getenv(DuplicateWindowEnv)
+	if v == "" {
+		return DuplicateWindow, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if d := time.Duration(n) * time.Millisecond; err == nil && d >= MinDuplicateWindow && d <= MaxAge {
+		return d, nil
+	}
+	return DuplicateWindow, fmt.Errorf("%s=%q: want milliseconds from %d to %d", DuplicateWindowEnv, v, MinDuplicateWindow.Milliseconds(), MaxAge.Milliseconds())
+}
+
 // StreamReplicasEnv names the environment variable that says how many
 // replicas the streams are created with (default 1; 3 on a three-node
 // JetStream cluster, as `tripsaga up --nats-cluster 3` sets it).
@@ -154,6 +185,7 @@ func EnsureStreamsOf(ctx context.Context, js jetstream.JetStream, c Catalogue, r
 func ApplyStreamsOf(ctx context.Context, js jetstream.JetStream, c Catalogue, replicas int, names, createOnly []string) ([]StreamChange, error) {
 	subjects := c.StreamSubjects()
 	subjects[StreamDeadLetter] = []string{DeadLetterSubjectPrefix + ".>"}
+	dupWindow, _ := StreamDuplicateWindow() // a process refuses a bad value at start (app.EnvFromOS)
 	var changes []StreamChange
 	for _, name := range append(slices.Clone(names), createOnly...) {
 		subs, ok := subjects[name]
@@ -176,7 +208,7 @@ func ApplyStreamsOf(ctx context.Context, js jetstream.JetStream, c Catalogue, re
 			Subjects:   subs,
 			Retention:  jetstream.LimitsPolicy,
 			Storage:    jetstream.FileStorage,
-			Duplicates: DuplicateWindow,
+			Duplicates: dupWindow,
 			MaxAge:     MaxAge,
 			Discard:    jetstream.DiscardOld,
 			Replicas:   n,

@@ -142,6 +142,7 @@ func (c *RelayConfig) setDefaults() {
 }
 
 func (c *RelayConfig) validate() error {
+	window, _ := events.StreamDuplicateWindow() // the streams' window, as this process creates them
 	switch {
 	case c.Pool == nil:
 		return fmt.Errorf("%w: Pool is required", ErrInvalidConfig)
@@ -149,12 +150,12 @@ func (c *RelayConfig) validate() error {
 		return fmt.Errorf("%w: JetStream is required", ErrInvalidConfig)
 	case c.BatchSize < 1 || c.BatchSize > 10000:
 		return fmt.Errorf("%w: BatchSize %d not in 1..10000", ErrInvalidConfig, c.BatchSize)
-	case c.BackoffMax >= events.DuplicateWindow/2:
-		return fmt.Errorf("%w: BackoffMax %s must stay well inside the %s duplicate window", ErrInvalidConfig, c.BackoffMax, events.DuplicateWindow)
+	case c.BackoffMax >= window/2:
+		return fmt.Errorf("%w: BackoffMax %s must stay well inside the %s duplicate window", ErrInvalidConfig, c.BackoffMax, window)
 	case c.VerifyBatch < 0:
 		return fmt.Errorf("%w: VerifyBatch %d must not be negative", ErrInvalidConfig, c.VerifyBatch)
-	case c.LocalGrace < 0 || c.LocalGrace >= events.DuplicateWindow/2:
-		return fmt.Errorf("%w: LocalGrace %s must stay well inside the %s duplicate window", ErrInvalidConfig, c.LocalGrace, events.DuplicateWindow)
+	case c.LocalGrace < 0 || c.LocalGrace >= window/2:
+		return fmt.Errorf("%w: LocalGrace %s must stay well inside the %s duplicate window", ErrInvalidConfig, c.LocalGrace, window)
 	}
 	return nil
 }

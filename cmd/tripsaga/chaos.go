@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/chaos"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/stack"
@@ -22,6 +23,7 @@ import (
 // chaosOptions are the flags of tripsaga chaos.
 type chaosOptions struct {
 	duration, killEvery, settleLimit time.Duration
+	dupWindow                        time.Duration // --duplicate-window
 	rate                             float64
 	replicas, natsCluster            int
 	seed                             uint64
@@ -58,7 +60,11 @@ late commits, 503s, slow answers, failing and slow undos), and every
                check must publish it again, and the audit looks for each
                one by its Nats-Msg-Id
 
-(--faults all: every kind the NATS setup allows.)
+(--faults all: every kind the NATS setup allows.) An event lost by its
+stream is published again only once the stream's duplicate window has
+passed (the server remembers its Nats-Msg-Id until then); a shorter
+--duplicate-window (STREAM_DUPLICATE_WINDOW_MS of every process) shortens
+that wait, and so the run.
 
 Then the faults and kills stop, the system is left to settle (every trip
 confirmed or canceled, no step unfinished, at most --settle-limit), and
@@ -82,6 +88,7 @@ without exactly one mail.`,
 	f.DurationVar(&o.settleLimit, "settle-limit", 10*time.Minute, "longest wait for the system to settle after the faults stopped")
 	f.StringVar(&o.dir, "dir", "", "folder for the stack's data and logs, kept (default: a new temp folder, removed unless the run fails)")
 	f.BoolVar(&o.asJSON, "json", false, "print the report as one JSON object")
+	f.DurationVar(&o.dupWindow, "duplicate-window", events.DuplicateWindow, "the event streams' duplicate window (STREAM_DUPLICATE_WINDOW_MS of every process), at least 20s")
 	f.StringVar(&o.faults, "faults", chaos.DisruptKill, "disruptions drawn every --kill-every, comma-separated: kill, step-down, empty-store, lose-acked, or all")
 	return cmd
 }
@@ -98,6 +105,8 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 		return fmt.Errorf("--nats-cluster %d: want 0 (one embedded server) or 3 or more", o.natsCluster)
 	case o.killEvery < 0:
 		return fmt.Errorf("--kill-every %s: want 0 (no kills) or a positive duration", o.killEvery)
+	case o.dupWindow < events.MinDuplicateWindow || o.dupWindow > events.MaxAge:
+		return fmt.Errorf("--duplicate-window %s: want from %s to %s", o.dupWindow, events.MinDuplicateWindow, events.MaxAge)
 	}
 	disruptions, err := chaos.ParseDisruptions(o.faults, o.natsCluster)
 	if err != nil {
@@ -115,7 +124,11 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 	}
 	fmt.Fprintf(errw, "starting NATS, PostgreSQL, the simulators and every service (%d replica(s)) in %s ...\n", o.replicas, dir)
 	start := time.Now()
-	s, err := stack.Start(ctx, stack.Config{Dir: dir, Binary: o.binary, Replicas: o.replicas, NATSCluster: o.natsCluster, Logger: chaosLogger(errw)})
+	var env []string
+	if o.dupWindow != events.DuplicateWindow {
+		env = append(env, fmt.Sprintf("%s=%d", events.DuplicateWindowEnv, o.dupWindow.Milliseconds()))
+	}
+	s, err := stack.Start(ctx, stack.Config{Dir: dir, Binary: o.binary, Replicas: o.replicas, NATSCluster: o.natsCluster, Logger: chaosLogger(errw), Env: env})
 	if err != nil {
 		if temp {
 			_ = os.RemoveAll(dir)

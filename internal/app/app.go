@@ -105,6 +105,9 @@ func EnvFromOS() (Env, error) {
 	if e.StreamReplicas, err = events.StreamReplicas(); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := events.StreamDuplicateWindow(); err != nil {
+		errs = append(errs, err)
+	}
 	if _, err := events.FromEnv(); err != nil { // STEPS: the order of the saga's steps
 		errs = append(errs, err)
 	}

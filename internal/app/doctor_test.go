@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -80,4 +81,35 @@ func TestStreamReplicasFromEnv(t *testing.T) {
 		_, err := app.EnvFromOS()
 		require.ErrorContains(t, err, events.StreamReplicasEnv+"=")
 	}
+}
+
+// TestStreamDuplicateWindowFromEnv: STREAM_DUPLICATE_WINDOW_MS sets the
+// window every stream is created and updated with; a value outside
+// 20 s .. 30 days is refused at start, naming the variable.
+func TestStreamDuplicateWindowFromEnv(t *testing.T) {
+	t.Setenv(events.DuplicateWindowEnv, "")
+	d, err := events.StreamDuplicateWindow()
+	require.NoError(t, err)
+	require.Equal(t, events.DuplicateWindow, d)
+	for _, bad := range []string{"19999", "2592000001", "20s", "-1"} {
+		t.Setenv(events.DuplicateWindowEnv, bad)
+		_, err := app.EnvFromOS()
+		require.ErrorContains(t, err, events.DuplicateWindowEnv+"=", bad)
+	}
+
+	t.Setenv(events.DuplicateWindowEnv, "20000")
+	ctx := context.Background()
+	srv := testenv.NATS(t)
+	js, err := jetstream.New(testenv.Connect(t, srv, natsauth.Admin))
+	require.NoError(t, err)
+	require.NoError(t, events.EnsureStreams(ctx, js, events.Default))
+	s, err := js.Stream(ctx, events.StreamPayment)
+	require.NoError(t, err)
+	require.Equal(t, 20*time.Second, s.CachedInfo().Config.Duplicates)
+
+	t.Setenv(events.DuplicateWindowEnv, "")
+	require.NoError(t, events.EnsureStreams(ctx, js, events.Default))
+	s, err = js.Stream(ctx, events.StreamPayment)
+	require.NoError(t, err)
+	require.Equal(t, events.DuplicateWindow, s.CachedInfo().Config.Duplicates, "a process of the default puts the default back")
 }
