@@ -37,9 +37,11 @@ const (
 const DuplicateWindowEnv = "STREAM_DUPLICATE_WINDOW_MS"
 
 // MinDuplicateWindow is the shortest duplicate window [DuplicateWindowEnv]
-// may set: four times the outbox relay's default longest backoff (5 s),
-// so that a relay's re-publish after a failed mark still falls inside it.
-const MinDuplicateWindow = 20 * time.Second
+// may set: three times the outbox relay's default longest backoff (20 s,
+// outbox.RelayBackoffMaxDefault), which must stay below half the window
+// so that a relay's re-publish after a failed mark still falls inside it
+// (the relay and `tripsaga doctor` check it).
+const MinDuplicateWindow = 60 * time.Second
 
 // StreamDuplicateWindow reads [DuplicateWindowEnv]: [DuplicateWindow] when
 // unset; an error names a value that is not a whole number of

@@ -88,7 +88,7 @@ without exactly one mail.`,
 	f.DurationVar(&o.settleLimit, "settle-limit", 10*time.Minute, "longest wait for the system to settle after the faults stopped")
 	f.StringVar(&o.dir, "dir", "", "folder for the stack's data and logs, kept (default: a new temp folder, removed unless the run fails)")
 	f.BoolVar(&o.asJSON, "json", false, "print the report as one JSON object")
-	f.DurationVar(&o.dupWindow, "duplicate-window", events.DuplicateWindow, "the event streams' duplicate window (STREAM_DUPLICATE_WINDOW_MS of every process), at least 20s")
+	f.DurationVar(&o.dupWindow, "duplicate-window", events.DuplicateWindow, "the event streams' duplicate window (STREAM_DUPLICATE_WINDOW_MS of every process), at least 60s")
 	f.StringVar(&o.faults, "faults", chaos.DisruptKill, "disruptions drawn every --kill-every, comma-separated: kill, step-down, empty-store, lose-acked, or all")
 	return cmd
 }

@@ -85,19 +85,19 @@ func TestStreamReplicasFromEnv(t *testing.T) {
 
 // TestStreamDuplicateWindowFromEnv: STREAM_DUPLICATE_WINDOW_MS sets the
 // window every stream is created and updated with; a value outside
-// 20 s .. 30 days is refused at start, naming the variable.
+// 60 s .. 30 days is refused at start, naming the variable.
 func TestStreamDuplicateWindowFromEnv(t *testing.T) {
 	t.Setenv(events.DuplicateWindowEnv, "")
 	d, err := events.StreamDuplicateWindow()
 	require.NoError(t, err)
 	require.Equal(t, events.DuplicateWindow, d)
-	for _, bad := range []string{"19999", "2592000001", "20s", "-1"} {
+	for _, bad := range []string{"59999", "2592000001", "20s", "-1"} {
 		t.Setenv(events.DuplicateWindowEnv, bad)
 		_, err := app.EnvFromOS()
 		require.ErrorContains(t, err, events.DuplicateWindowEnv+"=", bad)
 	}
 
-	t.Setenv(events.DuplicateWindowEnv, "20000")
+	t.Setenv(events.DuplicateWindowEnv, "60000")
 	ctx := context.Background()
 	srv := testenv.NATS(t)
 	js, err := jetstream.New(testenv.Connect(t, srv, natsauth.Admin))
@@ -105,7 +105,7 @@ func TestStreamDuplicateWindowFromEnv(t *testing.T) {
 	require.NoError(t, events.EnsureStreams(ctx, js, events.Default))
 	s, err := js.Stream(ctx, events.StreamPayment)
 	require.NoError(t, err)
-	require.Equal(t, 20*time.Second, s.CachedInfo().Config.Duplicates)
+	require.Equal(t, 60*time.Second, s.CachedInfo().Config.Duplicates)
 
 	t.Setenv(events.DuplicateWindowEnv, "")
 	require.NoError(t, events.EnsureStreams(ctx, js, events.Default))

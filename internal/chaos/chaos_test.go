@@ -34,8 +34,8 @@ func TestChaosTwoMinutes(t *testing.T) {
 	cmd := exec.CommandContext(ctx, bin, "chaos", "--duration", "2m", "--rate", "5", "--replicas", "2", "--nats-cluster", "3",
 		"--kill-every", "4s", "--faults", strings.Join(disruptions, ","), "--settle-limit", "5m", "--json",
 		// A lost event is published again once its stream's duplicate window has
-		// passed: 20 s instead of 2 min keeps the run short.
-		"--duplicate-window", "20s")
+		// passed: 1 min instead of 2 keeps the run short.
+		"--duplicate-window", "60s")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	runErr := cmd.Run()
