@@ -278,6 +278,13 @@ type OperatorInboxConfig struct {
 	Relay     *outbox.Relay
 	Logger    *slog.Logger
 	Metrics   *outbox.InboxMetrics
+	// Observe, when set, sees every action of the stream, those naming
+	// another service too, in the action's inbox transaction and before
+	// it is carried out; an error fails the handling like the action's
+	// own (the event is redelivered). The trips service mails a
+	// correction to a traveler told a trip was confirmed when an operator
+	// repairs it (services/trips/correction.go).
+	Observe func(ctx context.Context, tx pgx.Tx, e event.Event, d events.OperatorActionData) error
 }
 
 // NewOperatorInbox returns the inbox of the operators' actions (the
@@ -308,6 +315,11 @@ func (cfg OperatorInboxConfig) onOperator(ctx context.Context, tx pgx.Tx, e even
 	var d events.OperatorActionData
 	if err := events.DecodeData(e, &d); err != nil {
 		return err
+	}
+	if cfg.Observe != nil {
+		if err := cfg.Observe(ctx, tx, e, d); err != nil {
+			return err
+		}
 	}
 	if d.Service != cfg.Service {
 		return nil

@@ -157,6 +157,10 @@ func TestAuditWholeAndEmptyPass(t *testing.T) {
 	f.addTrip(t, "T-whole", "confirmed", "hold", "charge", "book", "mail")
 	f.addTrip(t, "T-empty", "canceled", "hold", "charge", "refund", "release", "mail")
 	f.addTrip(t, "T-declined", "canceled", "hold", "release", "mail")
+	// A delay notice and a correction beside the final mails are no
+	// second mail: counted apart (issue 22 item 3).
+	f.do(t, "MAIL_URL", "/messages", "T-empty:mail:delayed", map[string]any{"to": "ada@example.com", "subject": "s", "text": "t", "trip_id": "T-empty"}, http.StatusAccepted)
+	f.do(t, "MAIL_URL", "/messages", "T-whole:mail:correction", map[string]any{"to": "ada@example.com", "subject": "s", "text": "t", "trip_id": "T-whole"}, http.StatusAccepted)
 	rep := audit(t, f)
 	require.NoError(t, rep.Err())
 	require.True(t, rep.Settled)
@@ -165,12 +169,13 @@ func TestAuditWholeAndEmptyPass(t *testing.T) {
 	require.Equal(t, 2, rep.Empty)
 	require.Zero(t, rep.Half)
 	require.Zero(t, rep.DuplicatesTotal)
-	require.Equal(t, 3, rep.Mails.ExactlyOne)
+	require.Equal(t, MailStats{ExactlyOne: 3, Notices: 1, Corrections: 1}, rep.Mails)
 	require.Equal(t, 1, rep.IncidentsTotal)
 	require.Equal(t, 1, rep.IncidentKinds["payment compensation_stuck"])
 	var out bytes.Buffer
 	rep.Print(&out)
 	require.Contains(t, out.String(), "whole 1, empty 2, HALF 0")
+	require.Contains(t, out.String(), "exactly one 3, none 0, more than one 0 (final mails; besides them 1 delay notice(s), 1 correction(s))")
 	require.Contains(t, out.String(), "RESULT: PASS")
 }
 

@@ -48,6 +48,7 @@ func (a TripAudit) duplicates() []string {
 		{"hotel holds", a.Records["holds"]}, {"payments charges", a.Records["charges"]},
 		{"payments charge lines", a.Charges}, {"payments refund lines", a.Refunds},
 		{"cars bookings", a.Records["bookings"]}, {"mail messages", max(a.Records["messages"], a.Mails)},
+		{"mail notices", a.Notices}, {"mail corrections", a.Corrections},
 	} {
 		if d.n > 1 {
 			out = append(out, d.what+" "+strconv.Itoa(d.n))
@@ -81,11 +82,15 @@ type PostStats struct {
 	Errors []string `json:"errors,omitempty"`
 }
 
-// MailStats counts the mails per trip.
+// MailStats counts the final mails per trip (confirmation or
+// cancellation: exactly one is right), and the delay notices and
+// corrections sent beside them (at most one of each per trip).
 type MailStats struct {
-	ExactlyOne int `json:"exactly_one"`
-	None       int `json:"none"`
-	More       int `json:"more_than_one"`
+	ExactlyOne  int `json:"exactly_one"`
+	None        int `json:"none"`
+	More        int `json:"more_than_one"`
+	Notices     int `json:"notices,omitempty"`
+	Corrections int `json:"corrections,omitempty"`
 }
 
 // Report is what a chaos run found. Its Problems are why it failed;
@@ -212,6 +217,8 @@ func summarize(rep *Report, audits []TripAudit, bookings []*booking) {
 			rep.DuplicatesTotal++
 			bad = true
 		}
+		rep.Mails.Notices += a.Notices
+		rep.Mails.Corrections += a.Corrections
 		switch {
 		case a.Mails == 1:
 			rep.Mails.ExactlyOne++
@@ -306,7 +313,8 @@ func (r *Report) Print(w io.Writer) {
 	if len(r.Orphans) > 0 {
 		fmt.Fprintf(tw, "orphan records\t%d (%s)\n", len(r.Orphans), strings.Join(r.Orphans[:min(len(r.Orphans), 10)], ", "))
 	}
-	fmt.Fprintf(tw, "mails per trip\texactly one %d, none %d, more than one %d\n", r.Mails.ExactlyOne, r.Mails.None, r.Mails.More)
+	fmt.Fprintf(tw, "mails per trip\texactly one %d, none %d, more than one %d (final mails; besides them %d delay notice(s), %d correction(s))\n",
+		r.Mails.ExactlyOne, r.Mails.None, r.Mails.More, r.Mails.Notices, r.Mails.Corrections)
 	if r.Settled {
 		fmt.Fprintf(tw, "settled after faults stopped\t%.1f s (the last trip final %.1f s after)\n", float64(r.SettleAfterFaultsMS)/1000, float64(r.LastFinalAfterFaultsMS)/1000)
 	} else {

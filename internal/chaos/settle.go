@@ -18,6 +18,7 @@ import (
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/demo"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/services/trips"
 )
 
 // stepServices serve GET /steps/{trip_id} and GET /incidents.
@@ -97,7 +98,9 @@ func (r *run) listTrips(ctx context.Context) ([]trip, error) {
 }
 
 // companyLists counts each company's records per trip, from its own lists
-// (GET /holds, /charges, /bookings, /messages, every status).
+// (GET /holds, /charges, /bookings, /messages, every status). Of the mail
+// relay's messages it counts the final mails (trips.IsFinalMailKey): a
+// delay notice or a correction beside them is no duplicate.
 func (r *run) companyLists(ctx context.Context) (map[string]map[string]int, error) {
 	out := map[string]map[string]int{}
 	for _, c := range []struct{ env, coll string }{{"HOTEL_URL", "holds"}, {"PAYMENTS_URL", "charges"}, {"CARS_URL", "bookings"}, {"MAIL_URL", "messages"}} {
@@ -107,6 +110,7 @@ func (r *run) companyLists(ctx context.Context) (map[string]map[string]int, erro
 			var page struct {
 				Items []struct {
 					TripID string `json:"trip_id"`
+					Key    string `json:"key"`
 				} `json:"items"`
 				Next string `json:"next"`
 			}
@@ -118,6 +122,9 @@ func (r *run) companyLists(ctx context.Context) (map[string]map[string]int, erro
 				return nil, err
 			}
 			for _, it := range page.Items {
+				if c.coll == "messages" && !trips.IsFinalMailKey(it.Key) {
+					continue
+				}
 				counts[it.TripID]++
 			}
 			if page.Next == "" {

@@ -22,6 +22,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/services/trips"
 	"github.com/tripsaga/tripsaga/sim"
 )
 
@@ -81,8 +82,14 @@ type TripOutcome struct {
 	Booking      string `json:"booking"`
 	Charges      int    `json:"charge_lines"`
 	Refunds      int    `json:"refund_lines"`
-	Mails        int    `json:"mails"`
-	Verdict      string `json:"verdict"`
+	// Mails counts the trip's final mails (its confirmation or its
+	// cancellation): exactly one is right. Notices and Corrections count
+	// the delay notices ("<trip>:mail:delayed") and corrections
+	// ("<trip>:mail:correction") beside it (trips.MailKind).
+	Mails       int    `json:"mails"`
+	Notices     int    `json:"notices,omitempty"`
+	Corrections int    `json:"corrections,omitempty"`
+	Verdict     string `json:"verdict"`
 	// Policy is the insurer's status of the trip's policy ("active",
 	// "canceled", "none"), "" with the insurance step off.
 	Policy string `json:"policy,omitempty"`
@@ -332,15 +339,45 @@ func (env *Env) Records(ctx context.Context, t *TripOutcome, card string) {
 		}
 	}
 	var msgs struct {
-		Items []any `json:"items"`
+		Items []struct {
+			Key string `json:"key"`
+		} `json:"items"`
 	}
 	if _, err := env.getJSON(ctx, env.MailURL+"/messages?trip_id="+url.QueryEscape(t.TripID), &msgs); err == nil {
-		t.Mails = len(msgs.Items)
+		t.Mails, t.Notices, t.Corrections = CountMails(keysOf(msgs.Items))
 	}
 	if t.Status == "canceled_by_traveler" {
 		env.cancellationRecords(ctx, t, card)
 	}
 	t.Verdict = Verdict(*t)
+}
+
+// CountMails counts a trip's mails by their mail relay keys: its final
+// mails (confirmation or cancellation, of which exactly one is right), its
+// delay notices and its corrections (trips.MailKind).
+func CountMails(keys []string) (final, notices, corrections int) {
+	for _, k := range keys {
+		switch trips.MailKind(k) {
+		case "notice":
+			notices++
+		case "correction":
+			corrections++
+		default:
+			final++
+		}
+	}
+	return final, notices, corrections
+}
+
+func keysOf(items []struct {
+	Key string `json:"key"`
+},
+) []string {
+	keys := make([]string, 0, len(items))
+	for _, m := range items {
+		keys = append(keys, m.Key)
+	}
+	return keys
 }
 
 // Verdict judges one trip from the companies' records and its status:

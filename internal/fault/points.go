@@ -71,6 +71,18 @@ const (
 	TripsMailAfterCall    = "trips.mail.after_call"
 	TripsMailAfterLog     = "trips.mail.after_log"
 
+	// The traveler's other mails (services/trips): the delay notice of a
+	// trip still canceling and the correction of a confirmed trip an
+	// operator repaired (e2e TestTravelerMails fires them).
+	TripsNoticeMailBeforeCall       = "trips.notice_mail.before_call"
+	TripsNoticeMailAnswerUnread     = "trips.notice_mail.answer_unread"
+	TripsNoticeMailAfterCall        = "trips.notice_mail.after_call"
+	TripsNoticeMailAfterLog         = "trips.notice_mail.after_log"
+	TripsCorrectionMailBeforeCall   = "trips.correction_mail.before_call"
+	TripsCorrectionMailAnswerUnread = "trips.correction_mail.answer_unread"
+	TripsCorrectionMailAfterCall    = "trips.correction_mail.after_call"
+	TripsCorrectionMailAfterLog     = "trips.correction_mail.after_log"
+
 	// The traveler's cancellation of a confirmed trip: each service's
 	// forward-only undo by the booking's key (events.TripCancellationRequested).
 	HotelTravelerReleaseBeforeCall    = "hotel.traveler_release.before_call"
@@ -111,6 +123,8 @@ var Points = []string{ //nolint:gochecknoglobals // read-only
 	CarBookBeforeCall, CarBookAnswerUnread, CarBookAfterCall, CarBookAfterLog,
 	CarCancelBeforeCall, CarCancelAnswerUnread, CarCancelAfterCall, CarCancelAfterLog,
 	TripsMailBeforeCall, TripsMailAnswerUnread, TripsMailAfterCall, TripsMailAfterLog,
+	TripsNoticeMailBeforeCall, TripsNoticeMailAnswerUnread, TripsNoticeMailAfterCall, TripsNoticeMailAfterLog,
+	TripsCorrectionMailBeforeCall, TripsCorrectionMailAnswerUnread, TripsCorrectionMailAfterCall, TripsCorrectionMailAfterLog,
 	HotelTravelerReleaseBeforeCall, HotelTravelerReleaseAnswerUnread, HotelTravelerReleaseAfterCall, HotelTravelerReleaseAfterLog,
 	PaymentTravelerRefundBeforeCall, PaymentTravelerRefundAnswerUnread, PaymentTravelerRefundAfterCall, PaymentTravelerRefundAfterLog,
 	CarTravelerCancelBeforeCall, CarTravelerCancelAnswerUnread, CarTravelerCancelAfterCall, CarTravelerCancelAfterLog,

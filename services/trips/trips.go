@@ -97,6 +97,10 @@ type Config struct {
 	// Policy is the traveler's cancellation fee policy; nil:
 	// [DefaultPolicy].
 	Policy *Policy
+	// NoticeAfter is how long a trip may stay canceling, on the
+	// database's clock, before its traveler gets the delay notice
+	// (CANCELING_NOTICE_AFTER_MS); 0: [DefaultNoticeAfter].
+	NoticeAfter time.Duration
 }
 
 // Service is the trips service.
@@ -108,10 +112,14 @@ type Service struct {
 	// travelerMail emails the traveler once a cancellation is done (step
 	// traveler_mail: a trip's step log has one row per step).
 	travelerMail *saga.Runner
-	live         *saga.Liveness
-	inboxes      []*outbox.Inbox
-	mu           sync.Mutex
-	waiters      map[string]*waiter // trip id -> closed at its next status change
+	// notice and correction send the traveler's other mails, a step each
+	// (notice.go, correction.go).
+	notice, correction *saga.Runner
+	noticeAfter        time.Duration
+	live               *saga.Liveness
+	inboxes            []*outbox.Inbox
+	mu                 sync.Mutex
+	waiters            map[string]*waiter // trip id -> closed at its next status change
 	// notified counts settled-trip notifications received from other
 	// replicas; sender names this one in its own (random, per process).
 	notified atomic.Int64
@@ -127,6 +135,10 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, log: cfg.Logger, waiters: map[string]*waiter{}, sender: rand.Text(), policy: DefaultPolicy()}
 	if cfg.Policy != nil {
 		s.policy = *cfg.Policy
+	}
+	s.noticeAfter = cfg.NoticeAfter
+	if s.noticeAfter <= 0 {
+		s.noticeAfter = DefaultNoticeAfter
 	}
 	var err error
 	s.relay, err = outbox.NewRelay(outbox.RelayConfig{
@@ -155,6 +167,23 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The delay notice and the correction: forward-only, and publishing
+	// nothing (the step log and the mail relay are their record; mail.sent
+	// stays the final mail's event).
+	s.notice, err = saga.New(saga.Config{
+		Pool: cfg.Pool, Timing: cfg.Timing, Liveness: s.live, Relay: s.relay, Logger: cfg.Logger, Registerer: cfg.Registerer,
+		Spec: saga.Spec{Name: NoticeStep, KeyName: NoticeKeyName, Service: "trips", Class: events.ForwardOnly, Company: mc, ActiveStatus: mc.ActiveStatus},
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.correction, err = saga.New(saga.Config{
+		Pool: cfg.Pool, Timing: cfg.Timing, Liveness: s.live, Relay: s.relay, Logger: cfg.Logger, Registerer: cfg.Registerer,
+		Spec: saga.Spec{Name: CorrectionStep, KeyName: CorrectionKeyName, Service: "trips", Class: events.ForwardOnly, Company: mc, ActiveStatus: mc.ActiveStatus},
+	})
+	if err != nil {
+		return nil, err
+	}
 	metrics, err := outbox.NewInboxMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -178,10 +207,13 @@ func New(cfg Config) (*Service, error) {
 	}
 	// The operators' actions naming trips: re-drive an event one of its
 	// inboxes parked; retry, pause, resume or resolve on its mail steps.
+	// Every action is observed: a repair of a confirmed trip at a step
+	// service mails the traveler a correction (correction.go).
 	op, err := saga.NewOperatorInbox(saga.OperatorInboxConfig{
-		Service: "trips", Catalogue: events.Selected(), Runners: []*saga.Runner{s.mail, s.travelerMail},
+		Service: "trips", Catalogue: events.Selected(), Runners: []*saga.Runner{s.mail, s.travelerMail, s.notice, s.correction},
 		Inboxes: func() []*outbox.Inbox { return s.inboxes },
 		Pool:    cfg.Pool, JetStream: cfg.JetStream, Relay: s.relay, Logger: cfg.Logger, Metrics: metrics,
+		Observe: s.observeAction,
 	})
 	if err != nil {
 		return nil, err
@@ -208,14 +240,19 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	if _, err := s.mail.RecoveryPass(ctx); err != nil {
 		return fmt.Errorf("recovery pass: %w", err)
 	}
-	if _, err := s.travelerMail.RecoveryPass(ctx); err != nil {
-		return fmt.Errorf("recovery pass: %w", err)
+	for _, r := range []*saga.Runner{s.travelerMail, s.notice, s.correction} {
+		if _, err := r.RecoveryPass(ctx); err != nil {
+			return fmt.Errorf("recovery pass: %w", err)
+		}
 	}
 	if ready != nil {
 		ready()
 	}
 	g.Go(func() error { return s.mail.Run(ctx) })
 	g.Go(func() error { return s.travelerMail.Run(ctx) })
+	g.Go(func() error { return s.notice.Run(ctx) })
+	g.Go(func() error { return s.correction.Run(ctx) })
+	g.Go(func() error { return s.runNotices(ctx) })
 	for _, in := range s.inboxes {
 		g.Go(func() error { return in.Run(ctx) })
 	}
@@ -703,7 +740,11 @@ func Run(ctx context.Context, env app.Env) error {
 	if err != nil {
 		return fmt.Errorf("trips: %w", err)
 	}
-	s, err := New(Config{Pool: p.Pool, JetStream: p.JS, MailURL: env.MailURL, Timing: env.Timing(), Logger: p.Log, Registerer: p.Registry, Policy: &policy})
+	noticeAfter, err := NoticeAfterFromEnv()
+	if err != nil {
+		return fmt.Errorf("trips: %w", err)
+	}
+	s, err := New(Config{Pool: p.Pool, JetStream: p.JS, MailURL: env.MailURL, Timing: env.Timing(), Logger: p.Log, Registerer: p.Registry, Policy: &policy, NoticeAfter: noticeAfter})
 	if err != nil {
 		return err
 	}

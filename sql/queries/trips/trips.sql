@@ -26,9 +26,11 @@ RETURNING *;
 -- name: TripSetStatus :one
 -- Sets a trip's status; settle stamps settled_at with the database's now(),
 -- the clock that stamped created_at, so how long a trip took is measured
--- by one clock. Returns the stamps as written.
+-- by one clock; the first change to canceling stamps canceling_since (the
+-- delay notice's clock). Returns the stamps as written.
 UPDATE trips SET status = @status,
     settled_at = CASE WHEN @settle::bool THEN now() ELSE settled_at END,
+    canceling_since = CASE WHEN @status::text = 'canceling' THEN coalesce(canceling_since, now()) ELSE canceling_since END,
     updated_at = now()
 WHERE trip_id = @trip_id
 RETURNING settled_at, updated_at;

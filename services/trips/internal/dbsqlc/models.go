@@ -134,6 +134,7 @@ type Trip struct {
 	FeeCents          pgtype.Int8
 	RefundCents       pgtype.Int8
 	CanceledAt        *time.Time
+	CancelingSince    *time.Time
 }
 
 type TripPause struct {

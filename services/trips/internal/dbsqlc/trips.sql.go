@@ -11,7 +11,7 @@ import (
 )
 
 const tripGet = `-- name: TripGet :one
-SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at FROM trips WHERE trip_id = $1
+SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since FROM trips WHERE trip_id = $1
 `
 
 func (q *Queries) TripGet(ctx context.Context, db DBTX, tripID string) (Trip, error) {
@@ -35,12 +35,13 @@ func (q *Queries) TripGet(ctx context.Context, db DBTX, tripID string) (Trip, er
 		&i.FeeCents,
 		&i.RefundCents,
 		&i.CanceledAt,
+		&i.CancelingSince,
 	)
 	return i, err
 }
 
 const tripGetByIdempotencyKey = `-- name: TripGetByIdempotencyKey :one
-SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at FROM trips WHERE idempotency_key = $1
+SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since FROM trips WHERE idempotency_key = $1
 `
 
 func (q *Queries) TripGetByIdempotencyKey(ctx context.Context, db DBTX, idempotencyKey *string) (Trip, error) {
@@ -64,6 +65,7 @@ func (q *Queries) TripGetByIdempotencyKey(ctx context.Context, db DBTX, idempote
 		&i.FeeCents,
 		&i.RefundCents,
 		&i.CanceledAt,
+		&i.CancelingSince,
 	)
 	return i, err
 }
@@ -72,7 +74,7 @@ const tripInsert = `-- name: TripInsert :one
 INSERT INTO trips (trip_id, idempotency_key, fingerprint, request, status)
 VALUES ($1, $2, $3, $4, 'pending')
 ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at
+RETURNING trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since
 `
 
 type TripInsertParams struct {
@@ -109,12 +111,13 @@ func (q *Queries) TripInsert(ctx context.Context, db DBTX, arg TripInsertParams)
 		&i.FeeCents,
 		&i.RefundCents,
 		&i.CanceledAt,
+		&i.CancelingSince,
 	)
 	return i, err
 }
 
 const tripList = `-- name: TripList :many
-SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at FROM trips
+SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since FROM trips
 WHERE ($1::text IS NULL OR status = $1::text)
   AND ($2::text IS NULL OR trip_id < $2::text)
 ORDER BY trip_id DESC
@@ -155,6 +158,7 @@ func (q *Queries) TripList(ctx context.Context, db DBTX, arg TripListParams) ([]
 			&i.FeeCents,
 			&i.RefundCents,
 			&i.CanceledAt,
+			&i.CancelingSince,
 		); err != nil {
 			return nil, err
 		}
@@ -191,7 +195,7 @@ SET seen = CASE WHEN $1::text = ANY(seen) THEN seen ELSE seen || $1::text END,
     reason = coalesce(reason, $2::text),
     updated_at = now()
 WHERE trip_id = $3
-RETURNING trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at
+RETURNING trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since
 `
 
 type TripSeeEventParams struct {
@@ -225,6 +229,7 @@ func (q *Queries) TripSeeEvent(ctx context.Context, db DBTX, arg TripSeeEventPar
 		&i.FeeCents,
 		&i.RefundCents,
 		&i.CanceledAt,
+		&i.CancelingSince,
 	)
 	return i, err
 }
@@ -232,6 +237,7 @@ func (q *Queries) TripSeeEvent(ctx context.Context, db DBTX, arg TripSeeEventPar
 const tripSetStatus = `-- name: TripSetStatus :one
 UPDATE trips SET status = $1,
     settled_at = CASE WHEN $2::bool THEN now() ELSE settled_at END,
+    canceling_since = CASE WHEN $1::text = 'canceling' THEN coalesce(canceling_since, now()) ELSE canceling_since END,
     updated_at = now()
 WHERE trip_id = $3
 RETURNING settled_at, updated_at
@@ -250,7 +256,8 @@ type TripSetStatusRow struct {
 
 // Sets a trip's status; settle stamps settled_at with the database's now(),
 // the clock that stamped created_at, so how long a trip took is measured
-// by one clock. Returns the stamps as written.
+// by one clock; the first change to canceling stamps canceling_since (the
+// delay notice's clock). Returns the stamps as written.
 func (q *Queries) TripSetStatus(ctx context.Context, db DBTX, arg TripSetStatusParams) (TripSetStatusRow, error) {
 	row := db.QueryRow(ctx, tripSetStatus, arg.Status, arg.Settle, arg.TripID)
 	var i TripSetStatusRow
