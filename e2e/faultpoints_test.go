@@ -43,12 +43,31 @@ type faultRow struct {
 	point, action, scenario string
 }
 
+// faultSteps is the STEPS TestFaultPoints runs with: the environment's
+// when it sets one, else every step (the optional insurance too), so one
+// run covers the three-step points and the insurance's.
+func faultSteps() string {
+	if v := os.Getenv(events.StepsVar); v != "" {
+		return v
+	}
+	return "hotel,insurance,payment,car"
+}
+
 // faultRows is the table: every point of internal/fault with kill, on a
-// trip that reaches it, and a few rows with error and delay.
-func faultRows() []faultRow {
+// trip that reaches it, and a few rows with error and delay; the points
+// of a service the steps do not run (insurance with three steps) are left
+// out.
+func faultRows(steps string) []faultRow {
+	cat, err := events.ParseSteps(steps)
+	if err != nil {
+		panic(err) // TestFaultPoints checks steps first
+	}
+	runs := func(p string) bool {
+		return fault.Process(p) == "reconciler" || slices.Contains(cat.Services(), fault.Process(p))
+	}
 	var rows []faultRow
 	for _, p := range fault.Points {
-		if strings.Contains(p, ".traveler_") {
+		if strings.Contains(p, ".traveler_") || !runs(p) {
 			continue // the traveler's cancellation: TestCancellationFaults
 		}
 		if strings.Contains(p, ".notice_mail.") || strings.Contains(p, ".correction_mail.") {
@@ -56,14 +75,14 @@ func faultRows() []faultRow {
 		}
 		sc := happy
 		switch {
-		case strings.HasPrefix(p, "hotel.release.") || strings.HasPrefix(p, "payment.refund."):
+		case strings.HasPrefix(p, "hotel.release.") || strings.HasPrefix(p, "payment.refund.") || strings.HasPrefix(p, "insurance.cancel."):
 			sc = carSoldOut
 		case strings.HasPrefix(p, "car.cancel."):
 			sc = carHangs
 		}
 		rows = append(rows, faultRow{p, fault.Kill, sc})
 	}
-	return append(rows,
+	rows = append(rows,
 		faultRow{fault.HotelHoldBeforeCall, fault.Error, happy},            // the call fails unsent: unknown, asked by key, made
 		faultRow{fault.CarBookAfterCall, fault.Error, happy},               // the answer is not recorded: the lease ends, asked again by key
 		faultRow{fault.PaymentRefundAnswerUnread, fault.Error, carSoldOut}, // refunded, answer unread: learned by key
@@ -73,6 +92,13 @@ func faultRows() []faultRow {
 		faultRow{fault.CarBookAnswerUnread, "delay=3s", happy},             // longer than the call's deadline: unknown, learned by key
 		faultRow{fault.HotelReleaseAfterCall, "delay=1s", carSoldOut},      // slow, nothing fails
 	)
+	if runs(fault.InsuranceBuyBeforeCall) {
+		rows = append(rows,
+			faultRow{fault.InsuranceBuyAfterCall, fault.Error, happy},            // bought, not recorded: the lease ends, learned by key
+			faultRow{fault.InsuranceCancelAnswerUnread, fault.Error, carSoldOut}, // canceled, answer unread: learned by key
+		)
+	}
+	return rows
 }
 
 // faultRig is the stack the fault point rows share: its children read
@@ -170,7 +196,11 @@ func (g *faultRig) getJSON(u string, v any) int {
 type outcome struct{ demo.TripOutcome }
 
 func (o outcome) summary() string {
-	return fmt.Sprintf("%s %s; hold %s; charge %s (%d charge/%d refund lines); car %s; %d mail", o.Status, o.Verdict, o.Hold, o.Charge, o.Charges, o.Refunds, o.Booking, o.Mails)
+	s := fmt.Sprintf("%s %s; hold %s; charge %s (%d charge/%d refund lines); car %s; %d mail", o.Status, o.Verdict, o.Hold, o.Charge, o.Charges, o.Refunds, o.Booking, o.Mails)
+	if o.Policy != "" {
+		s += "; policy " + o.Policy
+	}
+	return s
 }
 
 // judge waits for the trip to settle and for its mail, and judges it from
@@ -200,6 +230,9 @@ func (g *faultRig) judge(t *testing.T, id string) outcome {
 	out.Hold = status(urls["HOTEL_URL"], "holds", id+":hotel")
 	out.Charge = status(urls["PAYMENTS_URL"], "charges", id+":charge")
 	out.Booking = status(urls["CARS_URL"], "bookings", id+":car")
+	if base, ok := urls["INSURER_URL"]; ok {
+		out.Policy = status(base, "policies", id+":insurance") // demo.Verdict judges it too
+	}
 	g.mu.Lock()
 	card := g.card[id]
 	g.mu.Unlock()
@@ -277,7 +310,8 @@ func marker(path string) map[string]string {
 // that the process died there and was restarted by the supervisor (its
 // pid changed, it is ready again); then the trip it fired for, and the
 // row's own trip, end right, judged from the companies' own records
-// (demo.Verdict): whole when confirmed, empty when canceled (always
+// (demo.Verdict, the insurer's policy included): whole when confirmed
+// (the policy active), empty when canceled (no policy in force; always
 // canceled for a car sold out or hanging; a trip whose steps outlived
 // their deadline while processes restarted is canceled too, which is just
 // as right), never HALF, with one charge line at most and one mail. Rows
@@ -285,6 +319,13 @@ func marker(path string) map[string]string {
 // of their own, the lanes side by side (car's cancel rows each in its own:
 // their trips wait for the car's deadline). The stack's STEP_DEADLINE_MS
 // is 20 s so that most trips outlive the kills and are confirmed.
+//
+// It runs with four steps (faultSteps: STEPS=hotel,insurance,payment,car
+// unless the environment names others), so the insurance rows fire too:
+// its buy on every trip, its cancel on a car sold out (refund, cancel,
+// release). The three-step points are all in the table and fire on the
+// same trips; a run with STEPS=hotel,payment,car leaves the insurance rows
+// out.
 func TestFaultPoints(t *testing.T) {
 	require.NotEmpty(t, bin, "TestMain builds the binary")
 	dir := t.TempDir()
@@ -295,22 +336,25 @@ func TestFaultPoints(t *testing.T) {
 		armed: map[string]string{}, scenario: map[string]string{}, card: map[string]string{},
 	}
 	require.NoError(t, os.MkdirAll(g.markers, 0o755))
+	steps := faultSteps()
+	_, err := events.ParseSteps(steps)
+	require.NoError(t, err, "STEPS")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	var err error
 	g.s, err = stack.Start(ctx, stack.Config{Dir: filepath.Join(dir, "stack"), Binary: bin, Env: []string{
 		fault.EnvFile + "=" + g.rules, fault.EnvDir + "=" + g.markers,
 		// Long enough for a trip to outlive a few restarts of one
 		// process (two lanes kill car) and still be confirmed.
 		"STEP_DEADLINE_MS=20000",
+		events.StepsVar + "=" + steps,
 	}})
 	require.NoError(t, err)
 	defer g.s.Stop()
-	t.Logf("stack up in %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("stack up in %s (STEPS=%s)", time.Since(start).Round(time.Millisecond), steps)
 	defer func() {
 		if t.Failed() {
-			for _, name := range stack.Processes {
+			for _, name := range g.s.Instances() {
 				b, _ := os.ReadFile(g.s.LogPath(name))
 				if len(b) > 3000 {
 					b = b[len(b)-3000:]
@@ -320,7 +364,7 @@ func TestFaultPoints(t *testing.T) {
 		}
 	}()
 
-	rows := faultRows()
+	rows := faultRows(steps)
 	lanes := map[string][]int{}
 	for i, r := range rows {
 		lane := fault.Process(r.point)

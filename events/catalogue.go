@@ -68,6 +68,34 @@ type Step struct {
 	Trigger      []string // event types that start it
 	Publishes    []string // event types it publishes
 	Compensation *Compensation
+	// Stuck, on the pivot (a step with no compensation), is the event
+	// type it publishes when its undo by key at the deadline (its outcome
+	// still unknown: canceled by key, then published as its failed event)
+	// raised its incident while it goes on retrying: the step before is
+	// undone on it, as on a compensation's Stuck, and the trip stays
+	// canceling with this step open until its failed event comes (the
+	// cancel succeeded, or an operator settled it undone). A compensable
+	// step's is its Compensation.Stuck (see [Step.StuckType]).
+	Stuck string
+}
+
+// StuckType returns the event type step s publishes when its undo raised
+// its incident: its compensation's Stuck, else its own; "" for none.
+func (s Step) StuckType() string {
+	if s.Compensation != nil {
+		return s.Compensation.Stuck
+	}
+	return s.Stuck
+}
+
+// UndoEvents returns the event types step s publishes besides its
+// Publishes: its compensation's ([Compensation.Events]) and its own Stuck.
+func (s Step) UndoEvents() []string {
+	out := s.Compensation.Events()
+	if s.Stuck != "" {
+		out = append(out, s.Stuck)
+	}
+	return out
 }
 
 // Projection is a consumer that follows events to build a read model and
@@ -109,6 +137,7 @@ var Default = Catalogue{ //nolint:gochecknoglobals // read-only declaration
 		{CarBooked, "car", StreamCar, "StepData", "the car is booked (pivot done)"},
 		{CarRejected, "car", StreamCar, "StepData", "the car firm is sold out"},
 		{CarFailed, "car", StreamCar, "StepData", "the booking could not be confirmed by its deadline and was canceled by key"},
+		{CarCancelStuck, "car", StreamCar, "StepData", "the cancel by key of a booking unknown at its deadline raised its incident (stuck or refused) and goes on retrying; the steps before it are undone meanwhile"},
 		{TripCancellationRequested, "trips", StreamTrips, "CancellationData", "the traveler canceled a confirmed trip; the fee is kept, the rest refunded"},
 		{TripCanceledByTraveler, "trips", StreamTrips, "TripSettledData", "the traveler's cancellation is done: hold released, car canceled, charge refunded but the fee"},
 		{HotelTravelerReleased, "hotel", StreamHotel, "StepData", "the hold was released for the traveler's cancellation"},
@@ -134,7 +163,7 @@ var Default = Catalogue{ //nolint:gochecknoglobals // read-only declaration
 			Publishes: []string{PaymentCharged, PaymentDeclined, PaymentFailed},
 			Compensation: &Compensation{
 				Name:      "refund",
-				Trigger:   []string{CarRejected, CarFailed},
+				Trigger:   []string{CarRejected, CarFailed, CarCancelStuck},
 				Publishes: []string{PaymentRefunded},
 				Stuck:     PaymentRefundStuck,
 			},
@@ -143,6 +172,7 @@ var Default = Catalogue{ //nolint:gochecknoglobals // read-only declaration
 			Name: "car", Service: "car", Class: Pivot,
 			Trigger:   []string{PaymentCharged},
 			Publishes: []string{CarBooked, CarRejected, CarFailed},
+			Stuck:     CarCancelStuck,
 		},
 		{
 			Name: "confirm", Service: "trips", Class: ForwardOnly,
@@ -189,7 +219,7 @@ var Default = Catalogue{ //nolint:gochecknoglobals // read-only declaration
 			Consumes: []string{
 				HotelHeld, HotelRejected, HotelFailed, HotelReleased, HotelReleaseStuck,
 				PaymentCharged, PaymentDeclined, PaymentFailed, PaymentRefunded, PaymentRefundStuck,
-				CarBooked, CarRejected, CarFailed,
+				CarBooked, CarRejected, CarFailed, CarCancelStuck,
 				HotelTravelerReleased, PaymentTravelerRefunded, CarTravelerCanceled,
 			},
 		},
@@ -199,7 +229,7 @@ var Default = Catalogue{ //nolint:gochecknoglobals // read-only declaration
 				TripRequested, TripConfirmed, TripCanceled, MailSent,
 				HotelHeld, HotelRejected, HotelFailed, HotelReleased, HotelReleaseStuck,
 				PaymentCharged, PaymentDeclined, PaymentFailed, PaymentRefunded, PaymentRefundStuck,
-				CarBooked, CarRejected, CarFailed,
+				CarBooked, CarRejected, CarFailed, CarCancelStuck,
 				TripCancellationRequested, TripCanceledByTraveler,
 				HotelTravelerReleased, PaymentTravelerRefunded, CarTravelerCanceled,
 			},
@@ -376,6 +406,13 @@ func (c Catalogue) Validate() error {
 		}
 		if pivot >= 0 && i > pivot && s.Class != ForwardOnly {
 			bad("step %s after the pivot is %s, not forward-only", s.Name, s.Class)
+		}
+		if s.Stuck != "" {
+			if s.Class != Pivot {
+				bad("step %s is %s and declares its own stuck event: only the pivot does (a compensable step's is its compensation's)", s.Name, s.Class)
+			}
+			check("step "+s.Name+" stuck", []string{s.Stuck})
+			published[s.Stuck] = true
 		}
 		if s.Compensation != nil {
 			check("compensation "+s.Compensation.Name+" trigger", s.Compensation.Trigger)

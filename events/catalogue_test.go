@@ -49,7 +49,9 @@ func TestCatalogueRejects(t *testing.T) {
 			c.Types = append(c.Types, EventType{Type: "io.tripsaga.car.upgraded.v1", Stream: StreamCar})
 			c.Projections[1].Consumes = append(c.Projections[1].Consumes, "io.tripsaga.car.upgraded.v1")
 		}, "no step publishes it"},
-		"BadTypeName": {func(c *Catalogue) { c.Types = append(c.Types, EventType{Type: "car.upgraded"}) }, "is not io.tripsaga"},
+		"CompensableWithItsOwnStuck": {func(c *Catalogue) { c.Steps[1].Stuck = CarCancelStuck }, "step payment is compensable and declares its own stuck event"},
+		"PivotStuckUndeclared":       {func(c *Catalogue) { c.Steps[2].Stuck = "io.tripsaga.car.lost.v1" }, `undeclared type "io.tripsaga.car.lost.v1"`},
+		"BadTypeName":                {func(c *Catalogue) { c.Types = append(c.Types, EventType{Type: "car.upgraded"}) }, "is not io.tripsaga"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -133,7 +133,7 @@ func (c Catalogue) Publishes(service string) []string {
 	for _, s := range c.Steps {
 		if s.Service == service {
 			add(s.Publishes...)
-			add(s.Compensation.Events()...)
+			add(s.UndoEvents()...)
 		}
 	}
 	for _, p := range c.Projections {

@@ -141,12 +141,12 @@ func (s Step) endings() []string {
 	if len(s.Publishes) > 1 {
 		out = append(out, s.Publishes[1:]...)
 	}
-	return append(out, s.Compensation.Events()...)
+	return append(out, s.UndoEvents()...)
 }
 
 // events returns every event type step s publishes, its compensation's included.
 func (s Step) events() []string {
-	return append(slices.Clone(s.Publishes), s.Compensation.Events()...)
+	return append(slices.Clone(s.Publishes), s.UndoEvents()...)
 }
 
 // clone returns a deep copy of s.

@@ -43,6 +43,10 @@ const (
 	CarBooked   = "io.tripsaga.car.booked.v1"
 	CarRejected = "io.tripsaga.car.rejected.v1"
 	CarFailed   = "io.tripsaga.car.failed.v1"
+	// CarCancelStuck: the booking's cancel by key at its deadline (its
+	// outcome still unknown) raised its incident and goes on retrying; the
+	// payment is refunded on it as on car.failed (see [Step.Stuck]).
+	CarCancelStuck = "io.tripsaga.car.cancel_stuck.v1"
 
 	MailSent = "io.tripsaga.mail.sent.v1"
 )

@@ -518,7 +518,8 @@ func (o *Operator) serveActions(w http.ResponseWriter, req *http.Request) {
 // service owns; never a second settle of one step (a request with the key
 // of the first replays it instead: record answers it); and, for the
 // outcome undone of the service's saga step, that its undo is stuck by the
-// events: its stuck event (payment.refund_stuck) seen, and neither its
+// events: its stuck event (payment.refund_stuck; the pivot's
+// car.cancel_stuck, its cancel by key at the deadline) seen, and neither its
 // undone nor its failed event (409 otherwise, naming what was seen). The
 // service checks its step log too (a step not stuck is refused there,
 // and the refusal is its operator log's effect): done and not_done are
@@ -573,7 +574,8 @@ func (o *Operator) settleable(ctx context.Context, key string, ar ActionRequest)
 	if ar.Outcome != events.SettleUndone {
 		return saga.Name, nil
 	}
-	if saga.Compensation == nil {
+	stuck := saga.StuckType() // a compensation's, or the pivot's undo by key at its deadline
+	if stuck == "" {
 		return "", &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
 			"step %s is %s and has no undo: settle it %s or %s", saga.Name, saga.Class, events.SettleDone, events.SettleNotDone)}
 	}
@@ -585,16 +587,20 @@ func (o *Operator) settleable(ctx context.Context, key string, ar ActionRequest)
 		return "", fmt.Errorf("trip_view %s: %w", ar.Trip, err)
 	}
 	has := func(typ string) bool { return typ != "" && slices.Contains(v.Seen, events.Kind(typ)) }
-	for _, typ := range append(slices.Clone(saga.Compensation.Publishes), saga.Publishes[len(saga.Publishes)-1]) {
+	var undone []string
+	if saga.Compensation != nil {
+		undone = slices.Clone(saga.Compensation.Publishes)
+	}
+	for _, typ := range append(undone, saga.Publishes[len(saga.Publishes)-1]) {
 		if has(typ) {
 			return "", &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
 				"the undo of step %s of trip %s is done already (%s seen): nothing to settle", saga.Name, ar.Trip, events.Kind(typ))}
 		}
 	}
-	if !has(saga.Compensation.Stuck) {
+	if !has(stuck) {
 		return "", &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
 			"the undo of step %s of trip %s is not stuck (no %s seen; seen: %s): settle only an undo that raised its incident, retry_undo calls it now",
-			saga.Name, ar.Trip, events.Kind(saga.Compensation.Stuck), strings.Join(v.Seen, ", "))}
+			saga.Name, ar.Trip, events.Kind(stuck), strings.Join(v.Seen, ", "))}
 	}
 	return saga.Name, nil
 }

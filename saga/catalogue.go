@@ -11,7 +11,7 @@ import (
 // the company c: its name, service and class, and its event types as the
 // catalogue declares them (the step's Publishes are done, rejected and
 // failed, in that order; its compensation's first is undone, its Stuck
-// the stuck event), so a step
+// (or the pivot's own, events.Step.Stuck) the stuck event), so a step
 // declared in the catalogue needs nothing else restated. The error names a
 // step c lacks or one that does not publish those three.
 func SpecOf(c events.Catalogue, name string, company *provider.Client) (Spec, error) {
@@ -29,8 +29,6 @@ func SpecOf(c events.Catalogue, name string, company *provider.Client) (Spec, er
 	if st.Compensation != nil && len(st.Compensation.Publishes) > 0 {
 		spec.OnUndone = st.Compensation.Publishes[0]
 	}
-	if st.Compensation != nil {
-		spec.OnStuck = st.Compensation.Stuck
-	}
+	spec.OnStuck = st.StuckType()
 	return spec, nil
 }

@@ -91,12 +91,12 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	if step.Class != cfg.Spec.Class || step.Service != cfg.Spec.Service {
 		return nil, fmt.Errorf("%w: step %q is %s of %s in the catalogue", ErrInvalidConfig, step.Name, step.Class, step.Service)
 	}
-	if cfg.Spec.OnStuck == "" && step.Compensation != nil {
+	if cfg.Spec.OnStuck == "" {
 		// The catalogue's stuck event: the step before is undone on it.
-		cfg.Spec.OnStuck = step.Compensation.Stuck
+		cfg.Spec.OnStuck = step.StuckType()
 	}
 	for _, typ := range []string{cfg.Spec.OnDone, cfg.Spec.OnRejected, cfg.Spec.OnFailed, cfg.Spec.OnUndone, cfg.Spec.OnStuck} {
-		declared := slices.Contains(step.Publishes, typ) || slices.Contains(step.Compensation.Events(), typ)
+		declared := slices.Contains(step.Publishes, typ) || slices.Contains(step.UndoEvents(), typ)
 		if typ != "" && !declared {
 			return nil, fmt.Errorf("%w: step %q would publish %s, which the catalogue does not declare for it", ErrInvalidConfig, step.Name, typ)
 		}

@@ -30,6 +30,7 @@ type chaosOptions struct {
 	dir                              string
 	asJSON                           bool
 	faults                           string
+	steps                            string
 	binary                           string // tests: the tripsaga binary to start
 }
 
@@ -66,6 +67,11 @@ passed (the server remembers its Nats-Msg-Id until then); a shorter
 --duplicate-window (STREAM_DUPLICATE_WINDOW_MS of every process) shortens
 that wait, and so the run.
 
+--steps (or STEPS) sets the saga's steps: with hotel,insurance,payment,car
+the insurer's calls draw faults too, some travelers are refused by the
+insurer, and each trip's policy is audited from the insurer's records (active
+on a confirmed trip, none in force on a canceled one).
+
 Then the faults and kills stop, the system is left to settle (every trip
 confirmed or canceled, no step unfinished, at most --settle-limit), and
 every trip is audited against the companies' own records. It prints trips
@@ -89,6 +95,7 @@ without exactly one mail.`,
 	f.StringVar(&o.dir, "dir", "", "folder for the stack's data and logs, kept (default: a new temp folder, removed unless the run fails)")
 	f.BoolVar(&o.asJSON, "json", false, "print the report as one JSON object")
 	f.DurationVar(&o.dupWindow, "duplicate-window", events.DuplicateWindow, "the event streams' duplicate window (STREAM_DUPLICATE_WINDOW_MS of every process), at least 60s")
+	f.StringVar(&o.steps, "steps", "", "the saga's steps, as STEPS (e.g. hotel,insurance,payment,car: the insurer is faulted and audited too); default: STEPS, else hotel,payment,car")
 	f.StringVar(&o.faults, "faults", chaos.DisruptKill, "disruptions drawn every --kill-every, comma-separated: kill, step-down, empty-store, lose-acked, or all")
 	return cmd
 }
@@ -112,6 +119,17 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 	if err != nil {
 		return err
 	}
+	steps := o.steps
+	if steps == "" {
+		steps = os.Getenv(events.StepsVar)
+	}
+	if _, err := events.ParseSteps(steps); err != nil {
+		return fmt.Errorf("--steps %q: %w", steps, err)
+	}
+	var env []string
+	if steps != "" {
+		env = append(env, events.StepsVar+"="+steps)
+	}
 	dir, temp := o.dir, o.dir == ""
 	if temp {
 		d, err := os.MkdirTemp("", "tripsaga-chaos-")
@@ -124,11 +142,10 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 	}
 	fmt.Fprintf(errw, "starting NATS, PostgreSQL, the simulators and every service (%d replica(s)) in %s ...\n", o.replicas, dir)
 	start := time.Now()
-	var env []string
 	if o.dupWindow != events.DuplicateWindow {
 		env = append(env, fmt.Sprintf("%s=%d", events.DuplicateWindowEnv, o.dupWindow.Milliseconds()))
 	}
-	s, err := stack.Start(ctx, stack.Config{Dir: dir, Binary: o.binary, Replicas: o.replicas, NATSCluster: o.natsCluster, Logger: chaosLogger(errw), Env: env})
+	s, err := stack.Start(ctx, stack.Config{Dir: dir, Binary: o.binary, Replicas: o.replicas, NATSCluster: o.natsCluster, Env: env, Logger: chaosLogger(errw)})
 	if err != nil {
 		if temp {
 			_ = os.RemoveAll(dir)
@@ -142,7 +159,7 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 	}
 	rep, err := chaos.Run(ctx, s, chaos.Config{
 		Duration: o.duration, Rate: o.rate, KillEvery: killEvery, Seed: o.seed, SettleLimit: o.settleLimit, Disruptions: disruptions,
-		NATSURL: s.NATSURL, NATSCreds: s.Creds(natsauth.Admin), Replicas: o.replicas, NATSCluster: o.natsCluster, Progress: errw, ProgressPlain: !isTerminal(errw),
+		NATSURL: s.NATSURL, NATSCreds: s.Creds(natsauth.Admin), Replicas: o.replicas, NATSCluster: o.natsCluster, Steps: steps, Progress: errw, ProgressPlain: !isTerminal(errw),
 	})
 	s.Stop()
 	if err != nil {

@@ -201,6 +201,9 @@ func publishers(c events.Catalogue, typ string) []string {
 		if s.Compensation != nil && s.Compensation.Stuck == typ {
 			out = append(out, fmt.Sprintf("compensation %s of step %s raising its incident while it goes on retrying", s.Compensation.Name, s.Name))
 		}
+		if s.Stuck == typ {
+			out = append(out, fmt.Sprintf("the undo by key at the deadline of step %s (%s) raising its incident while it goes on retrying", s.Name, s.Class))
+		}
 	}
 	for _, p := range c.Projections {
 		if slices.Contains(p.Publishes, typ) {
@@ -345,7 +348,7 @@ func message(c events.Catalogue, et events.EventType, i int) (*yaml.Node, error)
 // typ.
 func publishingStep(c events.Catalogue, typ string) (events.Step, bool) {
 	for _, s := range c.Steps {
-		if slices.Contains(s.Publishes, typ) || slices.Contains(s.Compensation.Events(), typ) {
+		if slices.Contains(s.Publishes, typ) || slices.Contains(s.UndoEvents(), typ) {
 			return s, true
 		}
 	}
@@ -368,7 +371,7 @@ func refine(c events.Catalogue, et events.EventType) *yaml.Node {
 		// mail.sent comes from two steps (mail, traveler_mail): either.
 		var names []any
 		for _, s := range c.Steps {
-			if slices.Contains(s.Publishes, et.Type) || slices.Contains(s.Compensation.Events(), et.Type) {
+			if slices.Contains(s.Publishes, et.Type) || slices.Contains(s.UndoEvents(), et.Type) {
 				names = append(names, s.Name)
 			}
 		}

@@ -180,6 +180,7 @@ func TestEventsAsTheServicesMakeThemValidate(t *testing.T) {
 		{"car", events.CarBooked, step("car", "car", true, "B-1", "")},
 		{"car", events.CarRejected, step("car", "car", false, "", "car sold out")},
 		{"car", events.CarFailed, step("car", "car", false, "", "timeout")},
+		{"car", events.CarCancelStuck, step("car", "car", false, "", "timeout")},
 		{"trips", events.TripConfirmed, events.TripSettledData{TripID: trip, Status: "confirmed", Traveler: req.Traveler}},
 		{"trips", events.TripCanceled, events.TripSettledData{TripID: trip, Status: "canceled", Reason: "car sold out", Traveler: req.Traveler}},
 		{"trips", events.MailSent, step("mail", "mail:confirmed", false, "M-1", "")},

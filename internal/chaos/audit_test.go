@@ -78,6 +78,13 @@ func newFakeSystem(t *testing.T) *fakeSystem {
 	return f
 }
 
+// withInsurer adds the insurer to f's companies, as a stack with the
+// insurance step on has it (INSURER_URL).
+func (f *fakeSystem) withInsurer() *fakeSystem {
+	f.companies["INSURER_URL"] = strings.TrimSuffix(f.companies["HOTEL_URL"], "/hotel") + "/insurer"
+	return f
+}
+
 // do makes one company call and fails the test unless it answers want.
 func (f *fakeSystem) do(t *testing.T, company, path, key string, body any, want int) {
 	t.Helper()
@@ -104,7 +111,8 @@ func (f *fakeSystem) do(t *testing.T, company, path, key string, body any, want 
 // addTrip records a trip in the fake trips service and makes the given
 // effects at the companies: "hold", "release", "charge", "charge-again"
 // (a second charge of the same trip under another key), "refund", "book",
-// "mail".
+// "mail", and the insurer's (withInsurer) "insure", "insure-again" and
+// "void" (the policy canceled).
 func (f *fakeSystem) addTrip(t *testing.T, id, status string, effects ...string) {
 	t.Helper()
 	card := "tok_" + strings.ToLower(id)
@@ -127,6 +135,14 @@ func (f *fakeSystem) addTrip(t *testing.T, id, status string, effects ...string)
 			f.do(t, "PAYMENTS_URL", "/charges/"+id+":charge/refund", "", nil, http.StatusOK)
 		case "book":
 			f.do(t, "CARS_URL", "/bookings", id+":car", map[string]any{"trip_id": id, "car_class": "compact", "pickup": in, "return": out, "driver": guest}, http.StatusCreated)
+		case "insure", "insure-again":
+			key := id + ":insurance"
+			if e == "insure-again" {
+				key += "-again"
+			}
+			f.do(t, "INSURER_URL", "/policies", key, map[string]any{"trip_id": id, "traveler": guest, "start": in, "end": out, "trip_cost_cents": 33000, "currency": "USD"}, http.StatusCreated)
+		case "void":
+			f.do(t, "INSURER_URL", "/policies/"+id+":insurance/cancel", "", nil, http.StatusOK)
 		case "mail":
 			f.do(t, "MAIL_URL", "/messages", id+":mail:"+status, map[string]any{"to": "ada@example.com", "subject": "s", "text": "t", "trip_id": id}, http.StatusAccepted)
 		default:
@@ -317,4 +333,83 @@ func TestAuditReportsCallsInFlightTwice(t *testing.T) {
 	var out bytes.Buffer
 	rep.Print(&out)
 	require.Regexp(t, `calls in flight twice +1 \(cars 0, hotel 0, mail 0, payments 1\)`, out.String())
+}
+
+// With the insurance step on, the audit judges each trip's policy from the
+// insurer's own records: a confirmed trip with its policy active and a
+// canceled one whose policy was canceled (or never bought) pass; a policy
+// active on a canceled trip, a confirmed trip without one, and two
+// policies for one trip are each reported, and the run fails. The
+// insurance service's steps and incidents are read too.
+func TestAuditJudgesThePolicyFromTheInsurersRecords(t *testing.T) {
+	t.Parallel()
+	f := newFakeSystem(t).withInsurer()
+	f.addTrip(t, "T-whole", "confirmed", "hold", "insure", "charge", "book", "mail")
+	f.addTrip(t, "T-empty", "canceled", "hold", "insure", "charge", "refund", "void", "release", "mail")
+	f.addTrip(t, "T-refused", "canceled", "hold", "release", "mail") // the insurer refused: no policy
+	rep := audit(t, f)
+	require.NoError(t, rep.Err())
+	require.Equal(t, 1, rep.Whole)
+	require.Equal(t, 2, rep.Empty)
+
+	f.addTrip(t, "T-kept", "canceled", "hold", "insure", "charge", "refund", "release", "mail")
+	f.addTrip(t, "T-nopolicy", "confirmed", "hold", "charge", "book", "mail")
+	f.addTrip(t, "T-twopolicies", "confirmed", "hold", "insure", "insure-again", "charge", "book", "mail")
+	f.addTrip(t, "T-open", "canceling", "hold", "insure")
+	f.mu.Lock()
+	f.steps["insurance T-open"] = []map[string]string{{"step": "insurance", "idempotency_key": "T-open:insurance", "status": "compensating"}}
+	f.mu.Unlock()
+	rep = audit(t, f)
+	err := rep.Err()
+	require.Error(t, err)
+	require.Equal(t, 2, rep.Whole, "T-whole, and T-twopolicies by key (its doubled policy is a duplicate)")
+	require.Equal(t, 2, rep.Empty)
+	require.Equal(t, 2, rep.Half, "T-kept (a policy active on a canceled trip) and T-nopolicy (a confirmed trip without one)")
+	require.Equal(t, 1, rep.Unsettled, "T-open: its policy's cancel is still being retried")
+	require.Equal(t, 1, rep.Duplicates["insurer policies"])
+	require.Contains(t, err.Error(), "2 half trip(s)")
+	bad := map[string]TripAudit{}
+	for _, a := range rep.Bad {
+		bad[a.TripID] = a
+	}
+	require.Equal(t, "active", bad["T-kept"].Policy)
+	require.Equal(t, "none", bad["T-nopolicy"].Policy)
+	require.Equal(t, []string{"insurer policies 2"}, bad["T-twopolicies"].Duplicates)
+	require.Equal(t, []string{"insurance T-open:insurance compensating"}, bad["T-open"].Unfinished)
+	var out bytes.Buffer
+	rep.Print(&out)
+	require.Contains(t, out.String(), "T-kept canceled: hold released, charge refunded (1 charge/1 refund lines), car none, 1 mail(s), policy active")
+	require.Regexp(t, `calls in flight twice +0 \(cars 0, hotel 0, insurer 0, mail 0, payments 0\)`, out.String())
+}
+
+// With the insurance step on, the insurer draws faults like every company
+// (its buy the forward ones, its cancel the undo ones), and one in 14 of
+// the ok travelers is refused by it, sharing the address its rule matches.
+func TestInsurerFaultsAndTravelers(t *testing.T) {
+	t.Parallel()
+	f := (&fakeSystem{svc: "http://127.0.0.1:1", companies: map[string]string{"HOTEL_URL": "http://127.0.0.1:1/hotel"}}).withInsurer()
+	r, _, err := newRun(f, Config{Seed: 7})
+	require.NoError(t, err)
+	ops := map[string]int{}
+	for _, x := range r.cfg.Faults {
+		if x.Company == "INSURER_URL" {
+			ops[x.Rule.Op]++
+		}
+	}
+	require.Equal(t, map[string]int{sim.OpInsure: len(forwardFaults("", "")), sim.OpVoid: len(undoFaults("", ""))}, ops)
+	require.Len(t, r.cfg.Faults, len(DefaultFaults())+len(InsurerFaults()))
+	counts := map[string]int{}
+	for n := 1; n <= 10000; n++ {
+		b := r.newBooking(n)
+		counts[b.kind]++
+		if b.kind == KindInsurerRejects {
+			require.Equal(t, r.email(KindInsurerRejects, 0), b.req.Traveler.Email)
+		}
+	}
+	require.InDelta(t, 500, counts[KindInsurerRejects], 150, "%v", counts)
+	require.InDelta(t, 6500, counts[KindOK], 300, "%v", counts)
+
+	r, _, err = newRun(&fakeSystem{svc: "http://127.0.0.1:1", companies: map[string]string{}}, Config{Seed: 7})
+	require.NoError(t, err)
+	require.Len(t, r.cfg.Faults, len(DefaultFaults()), "three steps: no insurer faults")
 }

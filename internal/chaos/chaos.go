@@ -68,8 +68,8 @@ type Config struct {
 	// SettleLimit bounds the wait for the system to settle once the faults
 	// and kills stopped. Default 10 minutes.
 	SettleLimit time.Duration
-	// Faults armed while booking; nil: [DefaultFaults]. Empty (not nil):
-	// none.
+	// Faults armed while booking; nil: [DefaultFaults] (and
+	// [InsurerFaults] with the insurance step on). Empty (not nil): none.
 	Faults []Fault
 	// Disruptions are the kinds drawn every KillEvery ([Disruptions]:
 	// kill, step-down, empty-store, lose-acked); nil: kill only.
@@ -78,8 +78,11 @@ type Config struct {
 	// the identity whose seed file NATSCreds names (natsauth.Admin's).
 	NATSURL   string
 	NATSCreds string
-	// Replicas and NATSCluster are only reported.
+	// Replicas, NATSCluster and Steps (the STEPS the system runs) are
+	// only reported; the run finds the insurance step on by its insurer
+	// among System.CompanyURLs (INSURER_URL).
 	Replicas, NATSCluster int
+	Steps                 string
 	// Progress, when set, gets a progress line: a progress bar, or with
 	// ProgressPlain (not a terminal) a plain line every 10 s.
 	Progress      io.Writer
@@ -121,6 +124,10 @@ const (
 	KindCarSoldOut   = "car_sold_out"   // canceled after the charge: refund and release
 	KindDeclined     = "card_declined"  // canceled at the charge: release
 	KindHotelSoldOut = "hotel_sold_out" // canceled at once
+	// KindInsurerRejects: the insurer refuses the policy (insurance.rejected):
+	// canceled, the hold released, nothing charged. Only with the insurance
+	// step on, one in 14 of the ok travelers (5 % of all).
+	KindInsurerRejects = "insurer_rejects"
 )
 
 // mix is the share of each kind of traveler, in percent.
@@ -174,6 +181,7 @@ type run struct {
 }
 
 func newRun(sys System, cfg Config) (*run, *Report, error) {
+	defaultFaults := cfg.Faults == nil
 	cfg.defaults()
 	r := &run{
 		sys: sys, cfg: cfg, nonce: strings.ToLower(ulid.Make().String()[18:]),
@@ -186,8 +194,11 @@ func newRun(sys System, cfg Config) (*run, *Report, error) {
 	if len(r.trips) == 0 {
 		return nil, nil, errors.New("chaos: no trips replica")
 	}
+	if defaultFaults && r.insurance() {
+		r.cfg.Faults = append(r.cfg.Faults, InsurerFaults()...)
+	}
 	rep := &Report{
-		Seed: cfg.Seed, DurationS: cfg.Duration.Seconds(), Rate: cfg.Rate, KillEveryS: cfg.KillEvery.Seconds(),
+		Steps: cfg.Steps, Seed: cfg.Seed, DurationS: cfg.Duration.Seconds(), Rate: cfg.Rate, KillEveryS: cfg.KillEvery.Seconds(),
 		Replicas: max(cfg.Replicas, 1), NATSCluster: cfg.NATSCluster, Duplicates: map[string]int{}, Kills: map[string]int{},
 		Faults: map[string]int{}, Incidents: map[string]int{}, IncidentKinds: map[string]int{}, Travelers: map[string]int{},
 		DisruptionKinds: cfg.Disruptions, Disruptions: map[string]int{},
@@ -303,21 +314,26 @@ func (r *run) intn(n int) int {
 
 func (r *run) email(kind string, n int) string {
 	switch kind {
-	case KindCarSoldOut, KindHotelSoldOut:
+	case KindCarSoldOut, KindHotelSoldOut, KindInsurerRejects:
 		// One address per kind, so one rule turns them all down.
 		return strings.ReplaceAll(kind, "_", "-") + "." + r.nonce + "@example.com"
 	}
 	return "traveler" + strconv.Itoa(n) + "." + r.nonce + "@example.com"
 }
 
-// armBusiness adds the rules that turn the sold-out travelers down.
+// armBusiness adds the rules that turn the sold-out travelers down (and,
+// with the insurance step on, those the insurer refuses).
 func (r *run) armBusiness(ctx context.Context) error {
-	rules := []struct {
+	type rule struct {
 		company string
 		rule    sim.Rule
-	}{
+	}
+	rules := []rule{
 		{"CARS_URL", sim.Rule{Op: sim.OpBook, Fault: sim.FaultSoldOut, Match: map[string]string{"driver.email": r.email(KindCarSoldOut, 0)}}},
 		{"HOTEL_URL", sim.Rule{Op: sim.OpHold, Fault: sim.FaultSoldOut, Match: map[string]string{"guest.email": r.email(KindHotelSoldOut, 0)}}},
+	}
+	if r.insurance() {
+		rules = append(rules, rule{"INSURER_URL", sim.Rule{Op: sim.OpInsure, Fault: sim.FaultRejected, Match: map[string]string{"traveler.email": r.email(KindInsurerRejects, 0)}}})
 	}
 	for _, x := range rules {
 		if err := sim.AddFault(ctx, r.companies[x.company], x.rule); err != nil {
@@ -401,6 +417,9 @@ func (r *run) newBooking(n int) *booking {
 			break
 		}
 		p -= m.percent
+	}
+	if kind == KindOK && r.insurance() && r.intn(14) == 0 {
+		kind = KindInsurerRejects
 	}
 	card := "tok_chaos_" + r.nonce + "_" + strconv.Itoa(n)
 	if kind == KindDeclined {

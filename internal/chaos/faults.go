@@ -10,7 +10,7 @@ import (
 // length of the run (sim.Rule.Chance, the simulators' test extension).
 type Fault struct {
 	// Company is the variable naming its base URL: HOTEL_URL,
-	// PAYMENTS_URL, CARS_URL or MAIL_URL.
+	// PAYMENTS_URL, CARS_URL, MAIL_URL or INSURER_URL.
 	Company string   `json:"company"`
 	Rule    sim.Rule `json:"rule"`
 }
@@ -34,6 +34,8 @@ func companyName(envName string) string {
 		return "cars"
 	case "MAIL_URL":
 		return "mail"
+	case "INSURER_URL":
+		return "insurer"
 	}
 	return envName
 }
@@ -54,31 +56,44 @@ func companyName(envName string) string {
 // incident for a person by design (refuse, unauthorized, wrong_key,
 // wrong_amount) are left out: a run with them cannot settle by itself.
 func DefaultFaults() []Fault {
-	forward := func(company, op string) []Fault {
-		return []Fault{
-			{company, sim.Rule{Op: op, Fault: sim.FaultFail, Chance: 0.05}},
-			{company, sim.Rule{Op: op, Fault: sim.FaultLoseAnswer, Chance: 0.05}},
-			{company, sim.Rule{Op: op, Fault: sim.FaultHang, DelayMS: 5000, Chance: 0.02}},
-			{company, sim.Rule{Op: op, Fault: sim.FaultCommitLate, DelayMS: 3000, Chance: 0.03}},
-			{company, sim.Rule{Op: op, Fault: sim.FaultSlowAnswer, DelayMS: 800, Chance: 0.05}},
-			{company, sim.Rule{Op: op, Fault: sim.FaultSlowAnswer, DelayMS: 3000, Chance: 0.03}},
-		}
-	}
-	undo := func(company, op string) []Fault {
-		return []Fault{
-			{company, sim.Rule{Op: op, Fault: sim.FaultFail, Chance: 0.2}},
-			{company, sim.Rule{Op: op, Fault: sim.FaultLoseAnswer, Chance: 0.05}},
-			{company, sim.Rule{Op: op, Fault: sim.FaultSlowAnswer, DelayMS: 1000, Chance: 0.1}},
-			{company, sim.Rule{Op: op, Fault: sim.FaultSlowAnswer, DelayMS: 3000, Chance: 0.05}},
-		}
-	}
 	var out []Fault
-	out = append(out, forward("HOTEL_URL", sim.OpHold)...)
-	out = append(out, undo("HOTEL_URL", sim.OpRelease)...)
-	out = append(out, forward("PAYMENTS_URL", sim.OpCharge)...)
-	out = append(out, undo("PAYMENTS_URL", sim.OpRefund)...)
-	out = append(out, forward("CARS_URL", sim.OpBook)...)
-	out = append(out, undo("CARS_URL", sim.OpCancel)...)
-	out = append(out, forward("MAIL_URL", sim.OpMessage)...)
+	out = append(out, forwardFaults("HOTEL_URL", sim.OpHold)...)
+	out = append(out, undoFaults("HOTEL_URL", sim.OpRelease)...)
+	out = append(out, forwardFaults("PAYMENTS_URL", sim.OpCharge)...)
+	out = append(out, undoFaults("PAYMENTS_URL", sim.OpRefund)...)
+	out = append(out, forwardFaults("CARS_URL", sim.OpBook)...)
+	out = append(out, undoFaults("CARS_URL", sim.OpCancel)...)
+	out = append(out, forwardFaults("MAIL_URL", sim.OpMessage)...)
 	return out
+}
+
+// InsurerFaults are the faults a run arms on the insurer when the
+// optional insurance step is on (added to [DefaultFaults] when
+// Config.Faults is nil): its policy bought (POST /policies) draws what
+// every forward call draws, its cancel (POST /policies/{key}/cancel, the
+// compensation and the undo by key at the deadline) what every undo draws.
+func InsurerFaults() []Fault {
+	return append(forwardFaults("INSURER_URL", sim.OpInsure), undoFaults("INSURER_URL", sim.OpVoid)...)
+}
+
+// forwardFaults are a forward call's faults (see [DefaultFaults]).
+func forwardFaults(company, op string) []Fault {
+	return []Fault{
+		{company, sim.Rule{Op: op, Fault: sim.FaultFail, Chance: 0.05}},
+		{company, sim.Rule{Op: op, Fault: sim.FaultLoseAnswer, Chance: 0.05}},
+		{company, sim.Rule{Op: op, Fault: sim.FaultHang, DelayMS: 5000, Chance: 0.02}},
+		{company, sim.Rule{Op: op, Fault: sim.FaultCommitLate, DelayMS: 3000, Chance: 0.03}},
+		{company, sim.Rule{Op: op, Fault: sim.FaultSlowAnswer, DelayMS: 800, Chance: 0.05}},
+		{company, sim.Rule{Op: op, Fault: sim.FaultSlowAnswer, DelayMS: 3000, Chance: 0.03}},
+	}
+}
+
+// undoFaults are an undo's faults (see [DefaultFaults]).
+func undoFaults(company, op string) []Fault {
+	return []Fault{
+		{company, sim.Rule{Op: op, Fault: sim.FaultFail, Chance: 0.2}},
+		{company, sim.Rule{Op: op, Fault: sim.FaultLoseAnswer, Chance: 0.05}},
+		{company, sim.Rule{Op: op, Fault: sim.FaultSlowAnswer, DelayMS: 1000, Chance: 0.1}},
+		{company, sim.Rule{Op: op, Fault: sim.FaultSlowAnswer, DelayMS: 3000, Chance: 0.05}},
+	}
 }

@@ -24,7 +24,8 @@ type TripAudit struct {
 	// SettledAt is the trip's settled_at (GET /trips).
 	SettledAt *time.Time `json:"settled_at,omitempty"`
 	// Records counts the trip's records in each company's own list
-	// (holds, charges, bookings, messages).
+	// (holds, charges, bookings, messages; policies with the insurance
+	// step on).
 	Records map[string]int `json:"records"`
 	// Unfinished names the steps still pending, started, unknown or
 	// compensating ("payment T-1:charge compensating").
@@ -37,8 +38,8 @@ type TripAudit struct {
 }
 
 // duplicates lists the effects the trip has more than once: more than one
-// record of one step at a company, more than one charge or refund line on
-// the card, more than one mail.
+// record of one step at a company (the insurer's policies included), more
+// than one charge or refund line on the card, more than one mail.
 func (a TripAudit) duplicates() []string {
 	var out []string
 	for _, d := range []struct {
@@ -49,6 +50,7 @@ func (a TripAudit) duplicates() []string {
 		{"payments charge lines", a.Charges}, {"payments refund lines", a.Refunds},
 		{"cars bookings", a.Records["bookings"]}, {"mail messages", max(a.Records["messages"], a.Mails)},
 		{"mail notices", a.Notices}, {"mail corrections", a.Corrections},
+		{"insurer policies", a.Records["policies"]},
 	} {
 		if d.n > 1 {
 			out = append(out, d.what+" "+strconv.Itoa(d.n))
@@ -96,13 +98,16 @@ type MailStats struct {
 // Report is what a chaos run found. Its Problems are why it failed;
 // [Report.Err] is nil when there are none.
 type Report struct {
-	Seed        uint64   `json:"seed"`
-	DurationS   float64  `json:"duration_s"`
-	Rate        float64  `json:"rate"`
-	KillEveryS  float64  `json:"kill_every_s"`
-	Replicas    int      `json:"replicas"`
-	NATSCluster int      `json:"nats_cluster"`
-	Victims     []string `json:"victims"`
+	Seed        uint64  `json:"seed"`
+	DurationS   float64 `json:"duration_s"`
+	Rate        float64 `json:"rate"`
+	KillEveryS  float64 `json:"kill_every_s"`
+	Replicas    int     `json:"replicas"`
+	NATSCluster int     `json:"nats_cluster"`
+	// Steps is the STEPS the system ran ("hotel,insurance,payment,car";
+	// "" for the default three).
+	Steps   string   `json:"steps,omitempty"`
+	Victims []string `json:"victims"`
 
 	Posts     PostStats      `json:"posts"`
 	Travelers map[string]int `json:"travelers"`
@@ -302,8 +307,12 @@ func (r *Report) Print(w io.Writer) {
 	if r.NATSCluster > 1 {
 		cluster = fmt.Sprintf("a %d-node NATS cluster", r.NATSCluster)
 	}
-	fmt.Fprintf(tw, "run\t%s at %g trips/s, %d replica(s) of each service, %s, a kill every %s, seed %d\n",
-		time.Duration(r.DurationS*float64(time.Second)), r.Rate, r.Replicas, cluster, time.Duration(r.KillEveryS*float64(time.Second)), r.Seed)
+	steps := ""
+	if r.Steps != "" {
+		steps = ", steps " + r.Steps
+	}
+	fmt.Fprintf(tw, "run\t%s at %g trips/s, %d replica(s) of each service, %s, a kill every %s%s, seed %d\n",
+		time.Duration(r.DurationS*float64(time.Second)), r.Rate, r.Replicas, cluster, time.Duration(r.KillEveryS*float64(time.Second)), steps, r.Seed)
 	fmt.Fprintf(tw, "trips booked\t%d (POSTs %d: %d answered, %d of them retried on another replica, %d failed)\n",
 		r.Trips, r.Posts.Posted, r.Posts.Answered, r.Posts.Retried, r.Posts.Failed)
 	fmt.Fprintf(tw, "travelers\t%s\n", countList(r.Travelers))
@@ -351,6 +360,9 @@ func (r *Report) Print(w io.Writer) {
 	_ = tw.Flush()
 	for _, a := range r.Bad {
 		fmt.Fprintf(w, "  %s %s: hold %s, charge %s (%d charge/%d refund lines), car %s, %d mail(s)", a.TripID, a.Status, a.Hold, a.Charge, a.Charges, a.Refunds, a.Booking, a.Mails)
+		if a.Policy != "" {
+			fmt.Fprintf(w, ", policy %s", a.Policy)
+		}
 		if len(a.Unfinished) > 0 {
 			fmt.Fprintf(w, "; unfinished: %s", strings.Join(a.Unfinished, ", "))
 		}

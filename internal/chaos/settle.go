@@ -21,8 +21,25 @@ import (
 	"github.com/tripsaga/tripsaga/services/trips"
 )
 
-// stepServices serve GET /steps/{trip_id} and GET /incidents.
+// stepServices serve GET /steps/{trip_id} and GET /incidents; with the
+// insurance step on, insurance too (run.stepServices).
 var stepServices = []string{"trips", "hotel", "payment", "car"} //nolint:gochecknoglobals // read-only
+
+// stepServices returns the services whose steps and incidents the audit
+// reads: [stepServices], and insurance when the run has an insurer.
+func (r *run) stepServices() []string {
+	if r.insurance() {
+		return append(slices.Clone(stepServices), "insurance")
+	}
+	return stepServices
+}
+
+// insurance reports whether the system runs the optional insurance step
+// (its insurer is among the companies: INSURER_URL).
+func (r *run) insurance() bool {
+	_, ok := r.companies["INSURER_URL"]
+	return ok
+}
 
 // unfinished step statuses (saga.Pending, Started, Unknown, Compensating):
 // the step is still being worked on.
@@ -98,12 +115,17 @@ func (r *run) listTrips(ctx context.Context) ([]trip, error) {
 }
 
 // companyLists counts each company's records per trip, from its own lists
-// (GET /holds, /charges, /bookings, /messages, every status). Of the mail
+// (GET /holds, /charges, /bookings, /messages, and the insurer's
+// /policies with the insurance step on; every status). Of the mail
 // relay's messages it counts the final mails (trips.IsFinalMailKey): a
 // delay notice or a correction beside them is no duplicate.
 func (r *run) companyLists(ctx context.Context) (map[string]map[string]int, error) {
 	out := map[string]map[string]int{}
-	for _, c := range []struct{ env, coll string }{{"HOTEL_URL", "holds"}, {"PAYMENTS_URL", "charges"}, {"CARS_URL", "bookings"}, {"MAIL_URL", "messages"}} {
+	colls := []struct{ env, coll string }{{"HOTEL_URL", "holds"}, {"PAYMENTS_URL", "charges"}, {"CARS_URL", "bookings"}, {"MAIL_URL", "messages"}}
+	if r.insurance() {
+		colls = append(colls, struct{ env, coll string }{"INSURER_URL", "policies"})
+	}
+	for _, c := range colls {
 		counts := map[string]int{}
 		after := ""
 		for {
@@ -139,7 +161,9 @@ func (r *run) companyLists(ctx context.Context) (map[string]map[string]int, erro
 
 // auditTrip reads everything about one trip: its status (given), its steps
 // on every service, the companies' records by key and the card statement
-// (demo's Records), and its records in the companies' lists.
+// (demo's Records; with the insurance step on, the insurer's policy by key
+// too, which demo.Verdict judges: active on a confirmed trip, none in
+// force on a canceled one), and its records in the companies' lists.
 func (r *run) auditTrip(ctx context.Context, env *demo.Env, t trip, lists map[string]map[string]int) TripAudit {
 	a := TripAudit{TripOutcome: demo.TripOutcome{TripID: t.TripID, Status: t.Status, Reason: t.Reason}, Records: map[string]int{}}
 	card := ""
@@ -152,7 +176,7 @@ func (r *run) auditTrip(ctx context.Context, env *demo.Env, t trip, lists map[st
 	for coll, counts := range lists {
 		a.Records[coll] = counts[t.TripID]
 	}
-	for _, svc := range stepServices {
+	for _, svc := range r.stepServices() {
 		var steps struct {
 			Items []struct {
 				Step   string `json:"step"`
@@ -170,7 +194,11 @@ func (r *run) auditTrip(ctx context.Context, env *demo.Env, t trip, lists map[st
 			}
 		}
 	}
-	for what, v := range map[string]string{"hold": a.Hold, "charge": a.Charge, "booking": a.Booking} {
+	byKey := map[string]string{"hold": a.Hold, "charge": a.Charge, "booking": a.Booking}
+	if r.insurance() {
+		byKey["policy"] = a.Policy
+	}
+	for what, v := range byKey {
 		if v == "error" || v == "" {
 			a.Unreadable = append(a.Unreadable, what+" by key")
 		}
@@ -181,7 +209,7 @@ func (r *run) auditTrip(ctx context.Context, env *demo.Env, t trip, lists map[st
 func (r *run) demoEnv() *demo.Env {
 	return &demo.Env{
 		TripsURL: r.trips[0], HotelURL: r.companies["HOTEL_URL"], PaymentsURL: r.companies["PAYMENTS_URL"],
-		CarsURL: r.companies["CARS_URL"], MailURL: r.companies["MAIL_URL"],
+		CarsURL: r.companies["CARS_URL"], MailURL: r.companies["MAIL_URL"], InsurerURL: r.companies["INSURER_URL"],
 	}
 }
 
@@ -334,7 +362,7 @@ func (r *run) collect(order []string, latest map[string]TripAudit) []TripAudit {
 
 // incidents reads GET /incidents of every step service.
 func (r *run) incidents(ctx context.Context, rep *Report) {
-	for _, svc := range stepServices {
+	for _, svc := range r.stepServices() {
 		var inc struct {
 			Items []struct {
 				Kind       string     `json:"kind"`

@@ -435,11 +435,12 @@ type site struct{ service, op, trip string }
 // stepOps names each step's forward and undo operations in point names.
 var stepOps = map[string][2]string{ //nolint:gochecknoglobals // read-only
 	"hotel": {"hold", "release"}, "payment": {"charge", "refund"}, "car": {"book", "cancel"}, "mail": {"mail", ""},
+	"insurance": {"buy", "cancel"},
 }
 
 // StepOp returns the operation name of a saga step in point names: its
-// forward call (hold, charge, book, mail) or, when undo, its compensation
-// (release, refund, cancel). An unknown step names itself ("<step>" or
+// forward call (hold, charge, book, buy, mail) or, when undo, its
+// compensation or undo by key (release, refund, cancel). An unknown step names itself ("<step>" or
 // "<step>_undo").
 func StepOp(step string, undo bool) string {
 	ops, ok := stepOps[step]

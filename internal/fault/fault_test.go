@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tripsaga/tripsaga/events"
 )
 
 func TestParse(t *testing.T) {
@@ -64,7 +66,7 @@ func TestPointsAreNamedFromTheirParts(t *testing.T) {
 			t.Errorf("%s is not <service>.<step>.<where>", p)
 		}
 	}
-	for step, svc := range map[string]string{"hotel": "hotel", "payment": "payment", "car": "car", "mail": "trips"} {
+	for step, svc := range map[string]string{"hotel": "hotel", "payment": "payment", "car": "car", "insurance": "insurance", "mail": "trips"} {
 		for _, w := range []string{BeforeCall, AnswerUnread, AfterCall, AfterLog} {
 			if p := At(svc, StepOp(step, false), w).String(); !seen[p] {
 				t.Errorf("%s is not listed", p)
@@ -73,6 +75,37 @@ func TestPointsAreNamedFromTheirParts(t *testing.T) {
 				if p := At(svc, StepOp(step, true), w).String(); !seen[p] {
 					t.Errorf("%s is not listed", p)
 				}
+			}
+		}
+	}
+}
+
+// Every company step of the catalogue with every optional step on
+// (events.Full) has its points, forward and undo, named by its own
+// operations (not "<step>_undo"), and its service its relay and inbox
+// points: a step added to the catalogue without them fails here.
+func TestEveryStepOfTheFullCatalogueHasItsPoints(t *testing.T) {
+	seen := map[string]bool{}
+	for _, p := range Points {
+		seen[p] = true
+	}
+	for _, s := range events.Full().Steps {
+		if s.Class != events.Compensable && s.Class != events.Pivot {
+			continue
+		}
+		if _, ok := stepOps[s.Name]; !ok {
+			t.Errorf("step %s has no operations in stepOps", s.Name)
+		}
+		for _, undo := range []bool{false, true} {
+			for _, w := range []string{BeforeCall, AnswerUnread, AfterCall, AfterLog} {
+				if p := At(s.Service, StepOp(s.Name, undo), w).String(); !seen[p] {
+					t.Errorf("step %s: %s is not listed", s.Name, p)
+				}
+			}
+		}
+		for _, p := range []string{At(s.Service, "relay", AfterPublish).String(), At(s.Service, "inbox", AfterCommit).String()} {
+			if !seen[p] {
+				t.Errorf("service %s: %s is not listed", s.Service, p)
 			}
 		}
 	}

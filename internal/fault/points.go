@@ -37,7 +37,9 @@ const (
 // The points, "<service>.<step>.<where>". The step of a company call is
 // its operation: hold/release (hotel), charge/refund (payment),
 // book/cancel (car: cancel is the undo by key of a booking unknown at the
-// deadline) and mail (trips' confirmation or cancellation email).
+// deadline), buy/cancel (insurance, the optional step: cancel is its
+// compensation and its undo by key at the deadline alike) and mail (trips'
+// confirmation or cancellation email).
 const (
 	HotelHoldBeforeCall      = "hotel.hold.before_call"
 	HotelHoldAnswerUnread    = "hotel.hold.answer_unread"
@@ -65,6 +67,18 @@ const (
 	CarCancelAnswerUnread = "car.cancel.answer_unread"
 	CarCancelAfterCall    = "car.cancel.after_call"
 	CarCancelAfterLog     = "car.cancel.after_log"
+
+	// The optional insurance step (STEPS=hotel,insurance,payment,car):
+	// the policy bought, and canceled as the compensation (on the
+	// payment's endings) or by key at the step's deadline.
+	InsuranceBuyBeforeCall      = "insurance.buy.before_call"
+	InsuranceBuyAnswerUnread    = "insurance.buy.answer_unread"
+	InsuranceBuyAfterCall       = "insurance.buy.after_call"
+	InsuranceBuyAfterLog        = "insurance.buy.after_log"
+	InsuranceCancelBeforeCall   = "insurance.cancel.before_call"
+	InsuranceCancelAnswerUnread = "insurance.cancel.answer_unread"
+	InsuranceCancelAfterCall    = "insurance.cancel.after_call"
+	InsuranceCancelAfterLog     = "insurance.cancel.after_log"
 
 	TripsMailBeforeCall   = "trips.mail.before_call"
 	TripsMailAnswerUnread = "trips.mail.answer_unread"
@@ -102,15 +116,17 @@ const (
 	TripsTravelerMailAfterCall        = "trips.traveler_mail.after_call"
 	TripsTravelerMailAfterLog         = "trips.traveler_mail.after_log"
 
-	TripsRelayAfterPublish   = "trips.relay.after_publish"
-	HotelRelayAfterPublish   = "hotel.relay.after_publish"
-	PaymentRelayAfterPublish = "payment.relay.after_publish"
-	CarRelayAfterPublish     = "car.relay.after_publish"
+	TripsRelayAfterPublish     = "trips.relay.after_publish"
+	HotelRelayAfterPublish     = "hotel.relay.after_publish"
+	PaymentRelayAfterPublish   = "payment.relay.after_publish"
+	CarRelayAfterPublish       = "car.relay.after_publish"
+	InsuranceRelayAfterPublish = "insurance.relay.after_publish"
 
 	TripsInboxAfterCommit      = "trips.inbox.after_commit"
 	HotelInboxAfterCommit      = "hotel.inbox.after_commit"
 	PaymentInboxAfterCommit    = "payment.inbox.after_commit"
 	CarInboxAfterCommit        = "car.inbox.after_commit"
+	InsuranceInboxAfterCommit  = "insurance.inbox.after_commit"
 	ReconcilerInboxAfterCommit = "reconciler.inbox.after_commit"
 )
 
@@ -122,6 +138,8 @@ var Points = []string{ //nolint:gochecknoglobals // read-only
 	PaymentRefundBeforeCall, PaymentRefundAnswerUnread, PaymentRefundAfterCall, PaymentRefundAfterLog,
 	CarBookBeforeCall, CarBookAnswerUnread, CarBookAfterCall, CarBookAfterLog,
 	CarCancelBeforeCall, CarCancelAnswerUnread, CarCancelAfterCall, CarCancelAfterLog,
+	InsuranceBuyBeforeCall, InsuranceBuyAnswerUnread, InsuranceBuyAfterCall, InsuranceBuyAfterLog,
+	InsuranceCancelBeforeCall, InsuranceCancelAnswerUnread, InsuranceCancelAfterCall, InsuranceCancelAfterLog,
 	TripsMailBeforeCall, TripsMailAnswerUnread, TripsMailAfterCall, TripsMailAfterLog,
 	TripsNoticeMailBeforeCall, TripsNoticeMailAnswerUnread, TripsNoticeMailAfterCall, TripsNoticeMailAfterLog,
 	TripsCorrectionMailBeforeCall, TripsCorrectionMailAnswerUnread, TripsCorrectionMailAfterCall, TripsCorrectionMailAfterLog,
@@ -129,8 +147,8 @@ var Points = []string{ //nolint:gochecknoglobals // read-only
 	PaymentTravelerRefundBeforeCall, PaymentTravelerRefundAnswerUnread, PaymentTravelerRefundAfterCall, PaymentTravelerRefundAfterLog,
 	CarTravelerCancelBeforeCall, CarTravelerCancelAnswerUnread, CarTravelerCancelAfterCall, CarTravelerCancelAfterLog,
 	TripsTravelerMailBeforeCall, TripsTravelerMailAnswerUnread, TripsTravelerMailAfterCall, TripsTravelerMailAfterLog,
-	TripsRelayAfterPublish, HotelRelayAfterPublish, PaymentRelayAfterPublish, CarRelayAfterPublish,
-	TripsInboxAfterCommit, HotelInboxAfterCommit, PaymentInboxAfterCommit, CarInboxAfterCommit, ReconcilerInboxAfterCommit,
+	TripsRelayAfterPublish, HotelRelayAfterPublish, PaymentRelayAfterPublish, CarRelayAfterPublish, InsuranceRelayAfterPublish,
+	TripsInboxAfterCommit, HotelInboxAfterCommit, PaymentInboxAfterCommit, CarInboxAfterCommit, InsuranceInboxAfterCommit, ReconcilerInboxAfterCommit,
 }
 
 // Process returns the process a point is in: its first part.

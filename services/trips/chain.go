@@ -39,14 +39,17 @@ func project(c events.Catalogue, seen []string) (status string, open []string) {
 	undoing := false
 	for _, s := range slices.Backward(chain) {
 		happened := has(s.Done()) || has(stuck(s)) || later
-		if s.Compensation != nil && happened && !anyOf(ended(s)) {
+		// The pivot has no compensation, but its undo by key at the
+		// deadline can be stuck too (events.Step.Stuck): open until its
+		// failed event.
+		if (s.Compensation != nil || s.Stuck != "") && happened && !anyOf(ended(s)) {
 			if has(stuck(s)) {
 				open = append(open, s.Name)
 			} else {
 				undoing = true
 			}
 		}
-		later = later || anyOf(append(slices.Clone(s.Publishes), s.Compensation.Events()...))
+		later = later || anyOf(append(slices.Clone(s.Publishes), s.UndoEvents()...))
 	}
 	if undoing || len(open) > 0 {
 		return StatusCanceling, open
@@ -56,12 +59,7 @@ func project(c events.Catalogue, seen []string) (status string, open []string) {
 
 // stuck is the event type step s publishes when its undo raised its
 // incident, or "".
-func stuck(s events.Step) string {
-	if s.Compensation == nil {
-		return ""
-	}
-	return s.Compensation.Stuck
-}
+func stuck(s events.Step) string { return s.StuckType() }
 
 // ended returns the event types after which step s holds nothing: it was
 // rejected, it failed (and was undone by key), or it was compensated.

@@ -84,7 +84,7 @@ func Steps(seen []string, status string) map[string]string {
 	m := map[string]string{
 		"hotel":   pick("hotel.released", "released", "hotel.failed", "failed", "hotel.rejected", "sold_out", "hotel.release_stuck", "release_stuck", "hotel.held", "held"),
 		"payment": pick("payment.refunded", "refunded", "payment.failed", "failed", "payment.declined", "declined", "payment.refund_stuck", "refund_stuck", "payment.charged", "charged"),
-		"car":     pick("car.booked", "booked", "car.failed", "failed", "car.rejected", "sold_out"),
+		"car":     pick("car.booked", "booked", "car.failed", "failed", "car.rejected", "sold_out", "car.cancel_stuck", "cancel_stuck"),
 	}
 	addSteps(m, events.Selected(), pick) // an optional step's: "insurance"
 	return m

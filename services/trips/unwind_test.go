@@ -83,3 +83,36 @@ func TestProjectWithAStuckUndoAndInsurance(t *testing.T) {
 	require.Equal(t, "cancel_stuck", Steps(seen, StatusCanceling)["insurance"])
 	require.Equal(t, StatusCanceled, Project(append(seen, "insurance.canceled")))
 }
+
+// The car's cancel by key at its deadline (its booking's outcome still
+// unknown) stuck: car.cancel_stuck lets the refund and the release go on,
+// in any arrival order, while the trip stays canceling with the car open
+// until car.failed (the cancel done, by the car firm or an operator's
+// settle).
+func TestProjectWithTheCarsCancelStuck(t *testing.T) {
+	full := []string{"hotel.held", "payment.charged", "car.cancel_stuck", "payment.refunded", "hotel.released", "car.failed"}
+	for range 300 {
+		s := slices.Clone(full)
+		rand.Shuffle(len(s), func(i, j int) { s[i], s[j] = s[j], s[i] })
+		require.Equal(t, StatusCanceled, Project(s), "%v", s)
+		require.Empty(t, OpenUndos(s), "%v", s)
+		for i := range s {
+			p := s[:i]
+			st, open := Project(p), OpenUndos(p)
+			require.NotEqual(t, StatusConfirmed, st, "%v", p)
+			if st == StatusCanceled {
+				require.Subset(t, p, []string{"car.failed", "payment.refunded", "hotel.released"}, "%v", p)
+			}
+			wantOpen := slices.Contains(p, "car.cancel_stuck") && !slices.Contains(p, "car.failed")
+			require.Equal(t, wantOpen, slices.Contains(open, "car"), "%v: %v", p, open)
+			if wantOpen {
+				require.Equal(t, StatusCanceling, st, "%v", p)
+				require.Equal(t, "cancel_stuck", Steps(p, st)["car"], "%v", p)
+			}
+		}
+	}
+	// Both the car's cancel and the refund stuck: both open, newest first.
+	seen := []string{"hotel.held", "payment.charged", "car.cancel_stuck", "payment.refund_stuck", "hotel.released"}
+	require.Equal(t, StatusCanceling, Project(seen))
+	require.Equal(t, []string{"car", "payment"}, OpenUndos(seen))
+}
