@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -57,8 +58,15 @@ late commits, 503s, slow answers, failing and slow undos), and every
                power loss before the server's fsync loses it; the outbox's
                check must publish it again, and the audit looks for each
                one by its Nats-Msg-Id
+  partition    one random service replica's network is cut for 2 to 12 s,
+               then healed: blackholed from PostgreSQL, its PostgreSQL
+               connections reset, blackholed from NATS, or from both (each
+               replica reaches PostgreSQL and NATS through TCP proxies of
+               its own); it fences itself and a peer takes its leases. The
+               report counts each shape, the fences and the leases taken
+               over while cut (--replicas 2 or more)
 
-(--faults all: every kind the NATS setup allows.)
+(--faults all: every kind the NATS setup and the replicas allow.)
 
 Then the faults and kills stop, the system is left to settle (every trip
 confirmed or canceled, no step unfinished, at most --settle-limit), and
@@ -82,7 +90,7 @@ without exactly one mail.`,
 	f.DurationVar(&o.settleLimit, "settle-limit", 10*time.Minute, "longest wait for the system to settle after the faults stopped")
 	f.StringVar(&o.dir, "dir", "", "folder for the stack's data and logs, kept (default: a new temp folder, removed unless the run fails)")
 	f.BoolVar(&o.asJSON, "json", false, "print the report as one JSON object")
-	f.StringVar(&o.faults, "faults", chaos.DisruptKill, "disruptions drawn every --kill-every, comma-separated: kill, step-down, empty-store, lose-acked, or all")
+	f.StringVar(&o.faults, "faults", chaos.DisruptKill, "disruptions drawn every --kill-every, comma-separated: kill, step-down, empty-store, lose-acked, partition, or all")
 	return cmd
 }
 
@@ -99,7 +107,7 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 	case o.killEvery < 0:
 		return fmt.Errorf("--kill-every %s: want 0 (no kills) or a positive duration", o.killEvery)
 	}
-	disruptions, err := chaos.ParseDisruptions(o.faults, o.natsCluster)
+	disruptions, err := chaos.ParseDisruptionsOn(o.faults, o.natsCluster, o.replicas)
 	if err != nil {
 		return err
 	}
@@ -115,7 +123,8 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 	}
 	fmt.Fprintf(errw, "starting NATS, PostgreSQL, the simulators and every service (%d replica(s)) in %s ...\n", o.replicas, dir)
 	start := time.Now()
-	s, err := stack.Start(ctx, stack.Config{Dir: dir, Binary: o.binary, Replicas: o.replicas, NATSCluster: o.natsCluster, Logger: chaosLogger(errw)})
+	s, err := stack.Start(ctx, stack.Config{Dir: dir, Binary: o.binary, Replicas: o.replicas, NATSCluster: o.natsCluster, Logger: chaosLogger(errw),
+		Partitions: slices.Contains(disruptions, chaos.DisruptPartition)})
 	if err != nil {
 		if temp {
 			_ = os.RemoveAll(dir)
