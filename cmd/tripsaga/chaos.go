@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -60,8 +61,15 @@ late commits, 503s, slow answers, failing and slow undos), and every
                power loss before the server's fsync loses it; the outbox's
                check must publish it again, and the audit looks for each
                one by its Nats-Msg-Id
+  partition    one random service replica's network is cut for 2 to 12 s,
+               then healed: blackholed from PostgreSQL, its PostgreSQL
+               connections reset, blackholed from NATS, or from both (each
+               replica reaches PostgreSQL and NATS through TCP proxies of
+               its own); it fences itself and a peer takes its leases. The
+               report counts each shape, the fences and the leases taken
+               over while cut (--replicas 2 or more)
 
-(--faults all: every kind the NATS setup allows.) An event lost by its
+(--faults all: every kind the NATS setup and the replicas allow.) An event lost by its
 stream is published again only once the stream's duplicate window has
 passed (the server remembers its Nats-Msg-Id until then); a shorter
 --duplicate-window (STREAM_DUPLICATE_WINDOW_MS of every process) shortens
@@ -96,7 +104,7 @@ without exactly one mail.`,
 	f.BoolVar(&o.asJSON, "json", false, "print the report as one JSON object")
 	f.DurationVar(&o.dupWindow, "duplicate-window", events.DuplicateWindow, "the event streams' duplicate window (STREAM_DUPLICATE_WINDOW_MS of every process), at least 60s")
 	f.StringVar(&o.steps, "steps", "", "the saga's steps, as STEPS (e.g. hotel,insurance,payment,car: the insurer is faulted and audited too); default: STEPS, else hotel,payment,car")
-	f.StringVar(&o.faults, "faults", chaos.DisruptKill, "disruptions drawn every --kill-every, comma-separated: kill, step-down, empty-store, lose-acked, or all")
+	f.StringVar(&o.faults, "faults", chaos.DisruptKill, "disruptions drawn every --kill-every, comma-separated: kill, step-down, empty-store, lose-acked, partition, or all")
 	return cmd
 }
 
@@ -115,7 +123,7 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 	case o.dupWindow < events.MinDuplicateWindow || o.dupWindow > events.MaxAge:
 		return fmt.Errorf("--duplicate-window %s: want from %s to %s", o.dupWindow, events.MinDuplicateWindow, events.MaxAge)
 	}
-	disruptions, err := chaos.ParseDisruptions(o.faults, o.natsCluster)
+	disruptions, err := chaos.ParseDisruptionsOn(o.faults, o.natsCluster, o.replicas)
 	if err != nil {
 		return err
 	}
@@ -145,7 +153,8 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 	if o.dupWindow != events.DuplicateWindow {
 		env = append(env, fmt.Sprintf("%s=%d", events.DuplicateWindowEnv, o.dupWindow.Milliseconds()))
 	}
-	s, err := stack.Start(ctx, stack.Config{Dir: dir, Binary: o.binary, Replicas: o.replicas, NATSCluster: o.natsCluster, Env: env, Logger: chaosLogger(errw)})
+	s, err := stack.Start(ctx, stack.Config{Dir: dir, Binary: o.binary, Replicas: o.replicas, NATSCluster: o.natsCluster, Env: env, Logger: chaosLogger(errw),
+		Partitions: slices.Contains(disruptions, chaos.DisruptPartition)})
 	if err != nil {
 		if temp {
 			_ = os.RemoveAll(dir)

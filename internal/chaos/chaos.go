@@ -7,7 +7,10 @@
 // simulators draw faults per call (sim.Rule.Chance: lost answers, hangs,
 // late commits, 503s, slow answers, failing and slow undos) and a random
 // instance (a service replica, or a NATS node of a cluster) is SIGKILLed
-// every few seconds and restarted by the supervisor. Then it stops the
+// every few seconds and restarted by the supervisor, or disrupted in
+// another way of [Disruptions] (a JetStream leader stepped down, a node
+// restarted with an empty store, an acked event deleted, one replica's
+// network cut from PostgreSQL or NATS for a few seconds). Then it stops the
 // faults and the kills, waits until the system has settled, and audits
 // every trip against the companies' own records (see [Report]).
 package chaos
@@ -72,7 +75,8 @@ type Config struct {
 	// [InsurerFaults] with the insurance step on). Empty (not nil): none.
 	Faults []Fault
 	// Disruptions are the kinds drawn every KillEvery ([Disruptions]:
-	// kill, step-down, empty-store, lose-acked); nil: kill only.
+	// kill, step-down, empty-store, lose-acked, partition); nil: kill
+	// only.
 	Disruptions []string
 	// NATSURL (comma-separated servers) is read for the dead letters, as
 	// the identity whose seed file NATSCreds names (natsauth.Admin's).
@@ -176,6 +180,8 @@ type run struct {
 	admin     *disruptor
 	disrupted map[string]int
 	lost      []LostEvent
+	// parts counts what the partitions did.
+	parts PartitionStats
 
 	posted, answered, retried, failed, inflight atomic.Int64
 }
@@ -189,7 +195,7 @@ func newRun(sys System, cfg Config) (*run, *Report, error) {
 		http:   &http.Client{Timeout: 20 * time.Second},
 		poster: &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 		rng:    rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), //nolint:gosec // a test's choices, not secrets
-		kills:  map[string]int{}, disrupted: map[string]int{},
+		kills:  map[string]int{}, disrupted: map[string]int{}, parts: PartitionStats{Shapes: map[string]int{}},
 	}
 	if len(r.trips) == 0 {
 		return nil, nil, errors.New("chaos: no trips replica")
@@ -276,6 +282,10 @@ func (r *run) audit(ctx context.Context, rep *Report, stopped time.Time) {
 	lost := slices.Clone(r.lost)
 	for k, v := range r.disrupted {
 		rep.Disruptions[k] = v
+	}
+	if slices.Contains(r.cfg.Disruptions, DisruptPartition) {
+		parts := r.parts
+		rep.Partitions = &parts
 	}
 	r.mu.Unlock()
 	for k, v := range kills {

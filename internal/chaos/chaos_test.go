@@ -16,8 +16,11 @@ import (
 
 // TestChaosTwoMinutes runs `tripsaga chaos` as a user would, for two
 // minutes with two replicas of every service and a three-node JetStream
-// cluster: random company faults on every call, a random instance (NATS
-// nodes included) SIGKILLed every few seconds. The run must exit 0 and
+// cluster: random company faults on every call, and every few seconds a
+// disruption of every kind in turn (a random instance, NATS nodes
+// included, SIGKILLed; a JetStream leader stepped down; a node restarted
+// with an empty store; an acked event deleted; a replica's network cut
+// from PostgreSQL or NATS). The run must exit 0 and
 // its report say: no half trip, nothing doubled, one mail per trip, every
 // trip settled, never two calls of one key in flight at a company, and that faults and kills really happened. Nothing here
 // is timed: the run waits as long as the system takes to settle (within
@@ -28,7 +31,7 @@ func TestChaosTwoMinutes(t *testing.T) {
 	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/tripsaga").CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 
-	disruptions := Disruptions // every kind: kill, step-down, empty-store, lose-acked
+	disruptions := Disruptions // every kind: kill, step-down, empty-store, lose-acked, partition
 	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "chaos", "--duration", "2m", "--rate", "5", "--replicas", "2", "--nats-cluster", "3",
@@ -73,6 +76,12 @@ func TestChaosTwoMinutes(t *testing.T) {
 	for _, k := range disruptions {
 		require.Positive(t, rep.Disruptions[k], "disruptions of kind %s: %v (errors %v)", k, rep.Disruptions, rep.KillErrors)
 	}
+	require.NotNil(t, rep.Partitions, "partitions drawn")
+	parts := 0
+	for _, n := range rep.Partitions.Shapes {
+		parts += n
+	}
+	require.GreaterOrEqual(t, parts, rep.Disruptions[DisruptPartition], "every partition counted by its shape: %+v", rep.Partitions)
 	require.NotEmpty(t, rep.LostEvents, "acked events were deleted from their streams")
 	require.Equal(t, len(rep.LostEvents), rep.LostFoundAgain, "every acked event deleted from its stream was published again: %+v", rep.LostEvents)
 	require.Contains(t, rep.Victims, "nats-2")

@@ -44,15 +44,26 @@ const (
 	// of what the broker kept must publish it again; the audit looks for
 	// every one of them by its Nats-Msg-Id ([Report.LostEvents]).
 	DisruptLoseAcked = "lose-acked"
+	// DisruptPartition cuts one random service replica's network (its own
+	// TCP proxies, stack.Config.Partitions) for a random 2 to 12 s, in a
+	// random shape of stack.CutShapes: blackholed from PostgreSQL, its
+	// PostgreSQL connections reset, blackholed from NATS, or from both;
+	// then heals it. A replica cut from PostgreSQL fences itself after 3 s
+	// and a peer takes its leases after the takeover bound (6 s with the
+	// default call timeout), so the audit's "calls in flight twice" is the
+	// check of the fencing. Only with 2 or more replicas of every service
+	// ([ParseDisruptionsOn]); counted in [Report.Partitions].
+	DisruptPartition = "partition"
 )
 
 // Disruptions lists every disruption kind, in the order the report shows
 // them.
-var Disruptions = []string{DisruptKill, DisruptStepDown, DisruptEmptyStore, DisruptLoseAcked} //nolint:gochecknoglobals // read-only
+var Disruptions = []string{DisruptKill, DisruptStepDown, DisruptEmptyStore, DisruptLoseAcked, DisruptPartition} //nolint:gochecknoglobals // read-only
 
 // ParseDisruptions parses `--faults`: a comma-separated list of kinds
 // ([Disruptions]), or "all". A kind that needs a NATS cluster is refused
-// without one (natsCluster < 3), naming it.
+// without one (natsCluster < 3), naming it. It does not know the replicas:
+// [ParseDisruptionsOn] also refuses a partition without a peer.
 func ParseDisruptions(s string, natsCluster int) ([]string, error) {
 	var out []string
 	for _, k := range strings.Split(s, ",") {
@@ -189,6 +200,8 @@ func (r *run) disrupt(ctx context.Context, kind string, victims []string) (strin
 		return r.stepDown(ctx)
 	case DisruptLoseAcked:
 		return r.loseAcked(ctx)
+	case DisruptPartition:
+		return r.partition(ctx)
 	}
 	return "", fmt.Errorf("unknown disruption %q", kind)
 }

@@ -164,6 +164,10 @@ type Report struct {
 	// LostFoundAgain counts those found.
 	LostEvents     []LostEvent `json:"lost_events,omitempty"`
 	LostFoundAgain int         `json:"lost_found_again"`
+	// Partitions is what the partitions did (the partition kind drawn;
+	// nil otherwise): how many of each shape, how many fenced their
+	// replica, how many leases peers took over meanwhile.
+	Partitions *PartitionStats `json:"partitions,omitempty"`
 
 	// Orphans are company records of trips the trips service never
 	// recorded ("holds T-9").
@@ -350,6 +354,14 @@ func (r *Report) Print(w io.Writer) {
 				fmt.Fprintf(tw, "\tNOT found again: %s #%d %s (%s)\n", l.Stream, l.Seq, l.Subject, l.MsgID)
 			}
 		}
+	}
+	if p := r.Partitions; p != nil {
+		n := 0
+		for _, v := range p.Shapes {
+			n += v
+		}
+		fmt.Fprintf(tw, "partitions\t%d (%s), longest %.1f s; the replica fenced itself in %d, leases taken over by a peer while cut %d\n",
+			n, countList(p.Shapes), float64(p.LongestMS)/1000, p.Fenced, p.LeasesMoved)
 	}
 	for _, e := range r.KillErrors {
 		fmt.Fprintf(tw, "\tkill error: %s\n", e)

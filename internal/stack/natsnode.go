@@ -66,7 +66,11 @@ func (n NATSNode) options() (*server.Options, error) {
 		if name == "" {
 			name = ClusterName
 		}
-		opts.Cluster = server.ClusterOpts{Name: name, Host: host, Port: n.ClusterPort}
+		// NoAdvertise: a client knows every node from its NATS_URL
+		// already; told the nodes' own addresses (INFO connect_urls) a
+		// client given proxies (Config.Partitions) would reconnect around
+		// them, and a cut replica would not be cut.
+		opts.Cluster = server.ClusterOpts{Name: name, Host: host, Port: n.ClusterPort, NoAdvertise: true}
 		opts.Routes = server.RoutesFromStr(strings.Join(n.Routes, ","))
 	}
 	return opts, nil

@@ -87,6 +87,13 @@ type Config struct {
 	// the streams get min(NATSCluster, 3) replicas (STREAM_REPLICAS). 2 is
 	// refused: a JetStream cluster of two loses its quorum with either.
 	NATSCluster int
+	// Partitions puts a TCP proxy of its own (internal/netfault) between
+	// every service replica and each PostgreSQL host and each NATS server,
+	// so that [Stack.Cut] can cut one replica's network alone (chaos's
+	// partition kind). The children are given the proxies' addresses in
+	// DATABASE_URL and NATS_URL; the tools and [Stack.Env] keep the real
+	// ones. Off by default.
+	Partitions bool
 	// Env is added to every child's environment (e.g. STEP_DEADLINE_MS).
 	Env []string
 	// Logger reports the supervisor's actions. Defaults to discard.
@@ -115,6 +122,9 @@ type Stack struct {
 	pg       *pgcluster.Cluster
 	// roleURLs are the PostgreSQL roles' URLs, by process (pgroles).
 	roleURLs map[string]string
+	// nets are the service replicas' own proxies (Config.Partitions), by
+	// instance.
+	nets map[string]*replicaNet
 	// insts are the supervised child processes, in start order: the NATS
 	// nodes (in a cluster), sim, then every replica of each service.
 	insts []*instance
@@ -459,6 +469,11 @@ func (s *Stack) start(ctx context.Context) error {
 		return fmt.Errorf("stack: PostgreSQL roles (DATABASE_URL must be a superuser's, or a CREATEROLE role's that may own the schemas): %w", err)
 	}
 	s.roleURLs = roleURLs
+	if cfg.Partitions {
+		if err := s.startProxies(); err != nil {
+			return err
+		}
+	}
 	for _, in := range s.insts {
 		if in.process == "nats" {
 			// A JetStream cluster creates no stream before it has a meta
@@ -721,7 +736,7 @@ func (s *Stack) env(name string) []string {
 	// OPS_ADDR from up's own environment is not handed down: every child
 	// would listen on the one address (Config.Env may set it).
 	env := append(os.Environ(), "OPS_ADDR=",
-		"NATS_URL="+s.NATSURL, "DATABASE_URL="+s.databaseURL(name), "HTTP_ADDR="+s.Addr[name],
+		"NATS_URL="+s.natsURLOf(name), "DATABASE_URL="+s.databaseURL(name), "HTTP_ADDR="+s.Addr[name],
 		"STREAM_REPLICAS="+strconv.Itoa(s.StreamReplicas()), InstanceEnv+"="+name)
 	for k, v := range s.CompanyURLs() {
 		env = append(env, k+"="+v)
@@ -758,14 +773,27 @@ func (s *Stack) processOf(name string) string {
 }
 
 // databaseURL is the DATABASE_URL of instance name: its process's role
-// (pgroles.ForProcess), or none for a NATS node.
+// (pgroles.ForProcess), through its own proxy with Config.Partitions, or
+// none for a NATS node.
 func (s *Stack) databaseURL(name string) string {
+	if rn := s.nets[name]; rn != nil {
+		return rn.pgURL
+	}
 	for _, in := range s.insts {
 		if in.name == name {
 			return s.roleURLs[in.process]
 		}
 	}
 	return ""
+}
+
+// natsURLOf is the NATS_URL of instance name: [Stack.NATSURL], through
+// its own proxies with Config.Partitions.
+func (s *Stack) natsURLOf(name string) string {
+	if rn := s.nets[name]; rn != nil {
+		return rn.natsURL
+	}
+	return s.NATSURL
 }
 
 // RoleURL returns the URL of a process's PostgreSQL role ("hotel", "sim"),
@@ -991,6 +1019,7 @@ func (s *Stack) Stop() {
 		}
 	}
 	stop(true)
+	s.stopProxies()
 	for _, l := range s.listeners {
 		_ = l.Close()
 	}
