@@ -410,3 +410,87 @@ func (h *HA) logTail(name string) string {
 	b, _ := os.ReadFile(filepath.Join(h.cfg.Dir, name+".log"))
 	return tail(string(b), 1500)
 }
+
+// WaitPair waits (at most 3 minutes) until both nodes are settled in
+// their roles: one reported and assigned primary (replication
+// synchronous again), the other secondary. After a failover that is once
+// the old primary, run again, has rejoined as the new primary's standby.
+func (h *HA) WaitPair(ctx context.Context) error { return h.waitStates(ctx, 2) }
+
+// Failover is what one [HA.FailOver] did. Durations are from the kill.
+type Failover struct {
+	// Killed was the primary; Promoted is the standby that replaced it.
+	Killed, Promoted string
+	// Writable: the first write (a transaction that took an xid and
+	// committed) through [HA.URL] after the kill.
+	Writable time.Duration
+	// Rejoined: the killed node, run again, is the new primary's
+	// synchronous standby (see [HA.WaitPair]).
+	Rejoined time.Duration
+}
+
+// FailOver kills the primary's node with SIGKILL (see [HA.Kill]), waits
+// until a write commits through the multi-host URL (the monitor has
+// promoted the standby: pg_auto_failover's failover), then runs the
+// killed node's keeper again and waits until it has rejoined as the new
+// primary's standby (pg_rewind by pg_autoctl), so the pair can fail over
+// again. Each wait is bounded by ctx and by 3 minutes; the error names
+// the phase that did not end.
+func (h *HA) FailOver(ctx context.Context) (Failover, error) {
+	var f Failover
+	first, err := h.Primary(ctx)
+	if err != nil {
+		return f, fmt.Errorf("pgcluster: the monitor: %w", err)
+	}
+	if first == "" {
+		return f, errors.New("pgcluster: no node is primary now: nothing to fail over")
+	}
+	f.Killed = first
+	if err := h.Kill(first); err != nil {
+		return f, err
+	}
+	killed := time.Now()
+	if err := h.waitWritable(ctx); err != nil {
+		return f, fmt.Errorf("pgcluster: after killing %s: %w", first, err)
+	}
+	f.Writable = time.Since(killed)
+	if f.Promoted, err = h.Primary(ctx); err != nil {
+		return f, fmt.Errorf("pgcluster: the monitor: %w", err)
+	}
+	if err := h.Restart(first); err != nil {
+		return f, err
+	}
+	if err := h.WaitPair(ctx); err != nil {
+		return f, fmt.Errorf("pgcluster: %s rejoining as standby: %w", first, err)
+	}
+	f.Rejoined = time.Since(killed)
+	return f, nil
+}
+
+// waitWritable waits (at most 3 minutes) until a transaction that takes
+// an xid commits through h.URL: on a standby, txid_current fails
+// ("cannot assign TransactionIds during recovery"), and with synchronous
+// replication on, the commit waits for a standby.
+func (h *HA) waitWritable(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	var last error
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		c, err := pgx.Connect(cctx, h.URL)
+		if err == nil {
+			_, err = c.Exec(cctx, "SELECT txid_current()")
+			c.Close(context.Background())
+		}
+		ccancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("never writable again: %w", last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
