@@ -85,7 +85,7 @@ func TestHAFailsOverToTheStandby(t *testing.T) {
 
 	f, err := h.FailOver(ctx)
 	require.NoError(t, err)
-	require.Equal(t, pgcluster.Failover{Killed: second, Promoted: first, Writable: f.Writable, Rejoined: f.Rejoined}, f)
+	require.Equal(t, pgcluster.Failover{Killed: second, Promoted: first, At: f.At, Writable: f.Writable, Rejoined: f.Rejoined}, f)
 	require.Greater(t, f.Rejoined, f.Writable)
 	t.Logf("second failover: writable again %s after the kill, %s rejoined as standby %s after it",
 		f.Writable.Round(100*time.Millisecond), second, f.Rejoined.Round(100*time.Millisecond))
