@@ -56,6 +56,14 @@ type Config struct {
 	Binary string
 	// DatabaseURL, when set, is used instead of a private cluster.
 	DatabaseURL string
+	// PGHA runs, instead of one private cluster, a pg_auto_failover pair
+	// in Dir/pg-ha (pgcluster.StartHA: a monitor, a primary and its
+	// synchronous standby; needs pg_autoctl, Debian's
+	// postgresql-15-auto-failover): the roles and schemas are made on the
+	// primary and every child gets a multi-host DATABASE_URL of both nodes
+	// with target_session_attrs=read-write. [Stack.FailOver] kills the
+	// primary. Refused with DatabaseURL or PostgresClockOffset.
+	PGHA bool
 	// BasePort: when non-zero, NATS (nats-1 in a cluster) listens on
 	// BasePort and the first replica of each process on BasePort+1... in
 	// [Processes] order; then come the other replicas (replica 2 of hotel,
@@ -113,6 +121,8 @@ type Stack struct {
 	natsOpts server.Options
 	nats     *server.Server // the embedded server, when not a cluster
 	pg       *pgcluster.Cluster
+	// ha is the pg_auto_failover pair with Config.PGHA (pgha.go).
+	ha *haPair
 	// roleURLs are the PostgreSQL roles' URLs, by process (pgroles).
 	roleURLs map[string]string
 	// insts are the supervised child processes, in start order: the NATS
@@ -323,6 +333,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if _, err := events.ParseSteps(steps(cfg)); err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
+	if err := checkPGHA(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -432,6 +445,11 @@ func (s *Stack) start(ctx context.Context) error {
 		s.natsOpts.Port = ns.Addr().(*net.TCPAddr).Port
 	}
 	s.DatabaseURL = cfg.DatabaseURL
+	if cfg.PGHA {
+		if err := s.startPGHA(ctx); err != nil {
+			return err
+		}
+	}
 	if s.DatabaseURL == "" {
 		if os.Geteuid() == 0 {
 			if err := allowSearch(cfg.Dir); err != nil {
@@ -653,6 +671,7 @@ func (s *Stack) watch() {
 		if s.pg != nil && !s.pg.Alive() {
 			s.restartPostgres()
 		}
+		s.superviseHA()
 		s.mu.Lock()
 		ns := s.nats
 		s.mu.Unlock()
@@ -990,6 +1009,7 @@ func (s *Stack) Stop() {
 			s.cfg.Logger.Error("postgres stop", "err", err)
 		}
 	}
+	s.stopPGHA()
 	stop(true)
 	for _, l := range s.listeners {
 		_ = l.Close()
