@@ -189,6 +189,8 @@ func (r *run) disrupt(ctx context.Context, kind string, victims []string) (strin
 		return r.stepDown(ctx)
 	case DisruptLoseAcked:
 		return r.loseAcked(ctx)
+	case DisruptPGFailover:
+		return r.pgFailover(ctx)
 	}
 	return "", fmt.Errorf("unknown disruption %q", kind)
 }
