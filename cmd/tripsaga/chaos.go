@@ -28,6 +28,7 @@ type chaosOptions struct {
 	dir                              string
 	asJSON                           bool
 	faults                           string
+	pgHA                             bool
 	binary                           string // tests: the tripsaga binary to start
 }
 
@@ -58,7 +59,20 @@ late commits, 503s, slow answers, failing and slow undos), and every
                check must publish it again, and the audit looks for each
                one by its Nats-Msg-Id
 
-(--faults all: every kind the NATS setup allows.)
+  pg-failover  the primary of the PostgreSQL pair is SIGKILLed (keeper and
+               postmaster); pg_auto_failover's monitor promotes the standby,
+               the services find it through their multi-host DATABASE_URL,
+               and the old primary is run again and rejoins as the new
+               primary's standby before the next disruption; the report
+               lists each failover with its time until writable (--pg-ha
+               only)
+
+(--faults all: every kind the NATS setup and --pg-ha allow.)
+
+--pg-ha runs PostgreSQL as a pg_auto_failover pair (a monitor, a primary and
+its synchronous standby; needs pg_autoctl, from Debian's
+postgresql-15-auto-failover) instead of one private cluster, as
+"tripsaga up --pg-ha" does.
 
 Then the faults and kills stop, the system is left to settle (every trip
 confirmed or canceled, no step unfinished, at most --settle-limit), and
@@ -82,7 +96,8 @@ without exactly one mail.`,
 	f.DurationVar(&o.settleLimit, "settle-limit", 10*time.Minute, "longest wait for the system to settle after the faults stopped")
 	f.StringVar(&o.dir, "dir", "", "folder for the stack's data and logs, kept (default: a new temp folder, removed unless the run fails)")
 	f.BoolVar(&o.asJSON, "json", false, "print the report as one JSON object")
-	f.StringVar(&o.faults, "faults", chaos.DisruptKill, "disruptions drawn every --kill-every, comma-separated: kill, step-down, empty-store, lose-acked, or all")
+	f.StringVar(&o.faults, "faults", chaos.DisruptKill, "disruptions drawn every --kill-every, comma-separated: kill, step-down, empty-store, lose-acked, pg-failover (with --pg-ha), or all")
+	f.BoolVar(&o.pgHA, "pg-ha", false, "run PostgreSQL as a pg_auto_failover pair (monitor, primary, synchronous standby; needs pg_autoctl from postgresql-15-auto-failover), as up --pg-ha does")
 	return cmd
 }
 
@@ -99,7 +114,7 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 	case o.killEvery < 0:
 		return fmt.Errorf("--kill-every %s: want 0 (no kills) or a positive duration", o.killEvery)
 	}
-	disruptions, err := chaos.ParseDisruptions(o.faults, o.natsCluster)
+	disruptions, err := chaos.ParseFaults(o.faults, o.natsCluster, o.pgHA)
 	if err != nil {
 		return err
 	}
@@ -115,7 +130,12 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 	}
 	fmt.Fprintf(errw, "starting NATS, PostgreSQL, the simulators and every service (%d replica(s)) in %s ...\n", o.replicas, dir)
 	start := time.Now()
-	s, err := stack.Start(ctx, stack.Config{Dir: dir, Binary: o.binary, Replicas: o.replicas, NATSCluster: o.natsCluster, Logger: chaosLogger(errw)})
+	if o.pgHA {
+		if err := needAutoFailover(); err != nil {
+			return err
+		}
+	}
+	s, err := stack.Start(ctx, stack.Config{Dir: dir, Binary: o.binary, Replicas: o.replicas, NATSCluster: o.natsCluster, PGHA: o.pgHA, Logger: chaosLogger(errw)})
 	if err != nil {
 		if temp {
 			_ = os.RemoveAll(dir)
@@ -129,7 +149,7 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 	}
 	rep, err := chaos.Run(ctx, s, chaos.Config{
 		Duration: o.duration, Rate: o.rate, KillEvery: killEvery, Seed: o.seed, SettleLimit: o.settleLimit, Disruptions: disruptions,
-		NATSURL: s.NATSURL, NATSCreds: s.Creds(natsauth.Admin), Replicas: o.replicas, NATSCluster: o.natsCluster, Progress: errw, ProgressPlain: !isTerminal(errw),
+		NATSURL: s.NATSURL, NATSCreds: s.Creds(natsauth.Admin), Replicas: o.replicas, NATSCluster: o.natsCluster, PGHA: o.pgHA, Progress: errw, ProgressPlain: !isTerminal(errw),
 	})
 	s.Stop()
 	if err != nil {
