@@ -125,3 +125,19 @@ func (s *Stack) stopPGHA() {
 		s.cfg.Logger.Error("PostgreSQL HA pair stop", "err", err)
 	}
 }
+
+// waitReadyOnPair gives an instance not ready in time (err) one more
+// chance on a pair: on a loaded machine the monitor may fail a healthy
+// primary over while the whole system starts, and the services are not
+// ready until a primary takes writes again. It waits until the pair is
+// whole, then for the instance once more; without a pair it returns err.
+func (s *Stack) waitReadyOnPair(ctx context.Context, name string, err error) error {
+	if s.ha == nil {
+		return err
+	}
+	s.cfg.Logger.Warn("not ready in time on the PostgreSQL pair; waiting for the pair, then once more", "process", name)
+	if werr := s.ha.WaitPair(ctx); werr != nil {
+		return errors.Join(err, werr)
+	}
+	return s.WaitReady(ctx, name)
+}

@@ -506,7 +506,9 @@ func (s *Stack) start(ctx context.Context) error {
 	}
 	for _, in := range s.insts {
 		if err := s.WaitReady(ctx, in.name); err != nil {
-			return err
+			if err = s.waitReadyOnPair(ctx, in.name, err); err != nil {
+				return err
+			}
 		}
 	}
 	return s.writeEnvFile()
