@@ -32,6 +32,7 @@ type chaosOptions struct {
 	asJSON                           bool
 	faults                           string
 	steps                            string
+	pgHA                             bool
 	binary                           string // tests: the tripsaga binary to start
 }
 
@@ -68,10 +69,22 @@ late commits, 503s, slow answers, failing and slow undos), and every
                its own); it fences itself and a peer takes its leases. The
                report counts each shape, the fences and the leases taken
                over while cut (--replicas 2 or more)
+  pg-failover  the primary of the PostgreSQL pair is SIGKILLed (keeper and
+               postmaster); pg_auto_failover's monitor promotes the standby,
+               the services find it through their multi-host DATABASE_URL,
+               and the old primary is run again and rejoins as the new
+               primary's standby before the next disruption; the report
+               lists each failover with its time until writable (--pg-ha
+               only)
 
-(--faults all: every kind the NATS setup and the replicas allow.) An event lost by its
-stream is published again only once the stream's duplicate window has
-passed (the server remembers its Nats-Msg-Id until then); a shorter
+--pg-ha runs PostgreSQL as a pg_auto_failover pair (a monitor, a primary and
+its synchronous standby; needs pg_autoctl, from Debian's
+postgresql-15-auto-failover) instead of one private cluster, as
+"tripsaga up --pg-ha" does.
+
+(--faults all: every kind the NATS setup, the replicas and --pg-ha allow.)
+An event lost by its stream is published again only once the stream's
+duplicate window has passed (the server remembers its Nats-Msg-Id until then); a shorter
 --duplicate-window (STREAM_DUPLICATE_WINDOW_MS of every process) shortens
 that wait, and so the run.
 
@@ -104,7 +117,8 @@ without exactly one mail.`,
 	f.BoolVar(&o.asJSON, "json", false, "print the report as one JSON object")
 	f.DurationVar(&o.dupWindow, "duplicate-window", events.DuplicateWindow, "the event streams' duplicate window (STREAM_DUPLICATE_WINDOW_MS of every process), at least 60s")
 	f.StringVar(&o.steps, "steps", "", "the saga's steps, as STEPS (e.g. hotel,insurance,payment,car: the insurer is faulted and audited too); default: STEPS, else hotel,payment,car")
-	f.StringVar(&o.faults, "faults", chaos.DisruptKill, "disruptions drawn every --kill-every, comma-separated: kill, step-down, empty-store, lose-acked, partition, or all")
+	f.StringVar(&o.faults, "faults", chaos.DisruptKill, "disruptions drawn every --kill-every, comma-separated: kill, step-down, empty-store, lose-acked, partition, pg-failover (with --pg-ha), or all")
+	f.BoolVar(&o.pgHA, "pg-ha", false, "run PostgreSQL as a pg_auto_failover pair (monitor, primary, synchronous standby; needs pg_autoctl from postgresql-15-auto-failover), as up --pg-ha does")
 	return cmd
 }
 
@@ -123,7 +137,7 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 	case o.dupWindow < events.MinDuplicateWindow || o.dupWindow > events.MaxAge:
 		return fmt.Errorf("--duplicate-window %s: want from %s to %s", o.dupWindow, events.MinDuplicateWindow, events.MaxAge)
 	}
-	disruptions, err := chaos.ParseDisruptionsOn(o.faults, o.natsCluster, o.replicas)
+	disruptions, err := chaos.ParseFaults(o.faults, o.natsCluster, o.replicas, o.pgHA)
 	if err != nil {
 		return err
 	}
@@ -150,10 +164,15 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 	}
 	fmt.Fprintf(errw, "starting NATS, PostgreSQL, the simulators and every service (%d replica(s)) in %s ...\n", o.replicas, dir)
 	start := time.Now()
+	if o.pgHA {
+		if err := needAutoFailover(); err != nil {
+			return err
+		}
+	}
 	if o.dupWindow != events.DuplicateWindow {
 		env = append(env, fmt.Sprintf("%s=%d", events.DuplicateWindowEnv, o.dupWindow.Milliseconds()))
 	}
-	s, err := stack.Start(ctx, stack.Config{Dir: dir, Binary: o.binary, Replicas: o.replicas, NATSCluster: o.natsCluster, Env: env, Logger: chaosLogger(errw),
+	s, err := stack.Start(ctx, stack.Config{Dir: dir, Binary: o.binary, Replicas: o.replicas, NATSCluster: o.natsCluster, PGHA: o.pgHA, Env: env, Logger: chaosLogger(errw),
 		Partitions: slices.Contains(disruptions, chaos.DisruptPartition)})
 	if err != nil {
 		if temp {
@@ -168,7 +187,7 @@ func runChaos(ctx context.Context, out, errw io.Writer, o chaosOptions) error {
 	}
 	rep, err := chaos.Run(ctx, s, chaos.Config{
 		Duration: o.duration, Rate: o.rate, KillEvery: killEvery, Seed: o.seed, SettleLimit: o.settleLimit, Disruptions: disruptions,
-		NATSURL: s.NATSURL, NATSCreds: s.Creds(natsauth.Admin), Replicas: o.replicas, NATSCluster: o.natsCluster, Steps: steps, Progress: errw, ProgressPlain: !isTerminal(errw),
+		NATSURL: s.NATSURL, NATSCreds: s.Creds(natsauth.Admin), Replicas: o.replicas, NATSCluster: o.natsCluster, Steps: steps, PGHA: o.pgHA, Progress: errw, ProgressPlain: !isTerminal(errw),
 	})
 	s.Stop()
 	if err != nil {

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tripsaga/tripsaga/internal/pgcluster"
 	"github.com/tripsaga/tripsaga/internal/redact"
 	"github.com/tripsaga/tripsaga/internal/stack"
 )
@@ -18,6 +20,7 @@ import (
 func upCmd() *cobra.Command {
 	var dir string
 	var basePort, replicas, natsCluster int
+	var pgHA bool
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start everything on this machine: embedded NATS, a private PostgreSQL, the simulators and every service; Ctrl-C stops it all",
@@ -60,7 +63,22 @@ payment-2 car-2 trips-2 reconciler-2, then -3...), then in a cluster the
 client ports of nats-2 and nats-3, the route ports of nats-1..3 and their
 health ports (GET /readyz). E.g. --port 7400 --replicas 2 --nats-cluster 3:
 hotel-2..reconciler-2 on 7407-7411, nats-2 and nats-3 clients on 7412-7413,
-routes on 7414-7416, health on 7417-7419.`,
+routes on 7414-7416, health on 7417-7419.
+
+--pg-ha runs PostgreSQL, instead of one private cluster, as a
+pg_auto_failover pair in D/pg-ha: a monitor, a primary and its synchronous
+standby (synchronous_standby_names 'ANY 1 (...)'), each run by its own
+pg_autoctl keeper, with health checks shortened so that a dead primary is
+replaced in seconds. It needs pg_autoctl, from Debian's
+postgresql-15-auto-failover (apt-get install postgresql-15-auto-failover),
+and refuses to start without it, or with DATABASE_URL set. Every service
+gets a multi-host DATABASE_URL of both nodes with
+target_session_attrs=read-write, so it writes to whichever node is primary
+now. up prints the monitor's and both nodes' URLs and states, and runs a
+keeper that died again at once (a node killed by hand mostly comes back
+before the monitor fails it over; "tripsaga chaos --pg-ha --faults
+pg-failover" makes real failovers). The pair trusts loopback connections:
+for trying out, not for production.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if replicas < 1 {
 				return fmt.Errorf("--replicas %d: want 1 or more", replicas)
@@ -68,9 +86,17 @@ routes on 7414-7416, health on 7417-7419.`,
 			if natsCluster < 1 || natsCluster == 2 {
 				return fmt.Errorf("--nats-cluster %d: want 1 (one embedded server) or 3 or more (a JetStream cluster of two loses its quorum with either node)", natsCluster)
 			}
+			if pgHA {
+				if os.Getenv("DATABASE_URL") != "" {
+					return errors.New("--pg-ha runs its own PostgreSQL pair: unset DATABASE_URL, or leave out --pg-ha to use it")
+				}
+				if err := needAutoFailover(); err != nil {
+					return err
+				}
+			}
 			scfg := stack.Config{
 				BasePort: basePort, Durable: true, DatabaseURL: os.Getenv("DATABASE_URL"),
-				Replicas: replicas, NATSCluster: natsCluster,
+				Replicas: replicas, NATSCluster: natsCluster, PGHA: pgHA,
 			}
 			n := len(stack.Ports(scfg)) - 1
 			if basePort != 0 && (basePort < 1024 || basePort > 65535-n) {
@@ -103,6 +129,7 @@ routes on 7414-7416, health on 7417-7419.`,
 	cmd.Flags().StringVar(&dir, "dir", defaultUpDir, "folder for NATS and PostgreSQL data and the logs; one up at a time per folder")
 	cmd.Flags().IntVar(&basePort, "port", 7400, "NATS listens here, the processes on the next ports (0 = any free ports)")
 	cmd.Flags().IntVar(&replicas, "replicas", 1, "processes of every service (hotel, payment, car, trips, reconciler; the simulators stay one)")
+	cmd.Flags().BoolVar(&pgHA, "pg-ha", false, "PostgreSQL as a pg_auto_failover pair (monitor, primary, synchronous standby) in D/pg-ha; needs pg_autoctl (apt-get install postgresql-15-auto-failover)")
 	cmd.Flags().IntVar(&natsCluster, "nats-cluster", 1, "NATS servers: 1 = one embedded in up; 3 = a three-node JetStream cluster of child processes, streams at 3 replicas")
 	return cmd
 }
@@ -115,7 +142,19 @@ func printStack(cmd *cobra.Command, s *stack.Stack, dir string) {
 			fmt.Fprintf(w, "%-17s %-28s log %s (cluster %s, stream replicas %d)\n", name, s.URL(name)+"/readyz", s.LogPath(name), stack.ClusterName, s.StreamReplicas())
 		}
 	}
-	if os.Getenv("DATABASE_URL") != "" {
+	if ha := s.PGHA(); ha != nil {
+		fmt.Fprintf(w, "PostgreSQL        %s (both nodes, the primary's found by target_session_attrs; the administrator; each service connects as its own role)\n", redact.URL(s.DatabaseURL))
+		fmt.Fprintf(w, "  pg_auto_failover monitor  %s (log %s)\n", redact.URL(ha.MonitorURL), filepath.Join(dir, "pg-ha", "monitor.log"))
+		for i, name := range pgcluster.HANodeNames {
+			fmt.Fprintf(w, "  %-24s postgres://postgres@127.0.0.1:%d/postgres (data %s, log %s)\n", name, ha.NodePorts[i],
+				filepath.Join(dir, "pg-ha", name), filepath.Join(dir, "pg-ha", name+".log"))
+		}
+		if st, err := ha.States(cmd.Context()); err == nil {
+			for _, n := range st {
+				fmt.Fprintf(w, "  %-24s is %s\n", n.Name, n.Reported)
+			}
+		}
+	} else if os.Getenv("DATABASE_URL") != "" {
 		fmt.Fprintf(w, "PostgreSQL        %s (DATABASE_URL from the environment: no private cluster)\n", redact.URL(s.DatabaseURL))
 	} else {
 		fmt.Fprintf(w, "PostgreSQL        %s (the administrator; each service connects as its own role)\n", redact.URL(s.DatabaseURL))
@@ -139,4 +178,13 @@ func printStack(cmd *cobra.Command, s *stack.Stack, dir string) {
 	in, back := day.Format(time.DateOnly), day.AddDate(0, 0, 2).Format(time.DateOnly)
 	fmt.Fprintf(w, "\nbook a trip:\n  curl -s -XPOST %s/trips -H 'Prefer: wait=10' -d '{\"traveler\":{\"name\":\"Ada Example\",\"email\":\"ada@example.com\"},\"hotel\":{\"property_id\":\"P-100\",\"check_in\":\"%s\",\"nights\":2},\"car\":{\"car_class\":\"compact\",\"pickup\":\"%s\",\"return\":\"%s\"},\"payment\":{\"card_token\":\"tok_visa_ok\",\"amount_cents\":33000,\"currency\":\"USD\"}}'\n",
 		s.URL("trips"), in, in, back)
+}
+
+// needAutoFailover refuses --pg-ha, naming the package, when pg_autoctl
+// (pg_auto_failover) is not on PATH.
+func needAutoFailover() error {
+	if _, err := exec.LookPath("pg_autoctl"); err != nil {
+		return errors.New("--pg-ha needs pg_autoctl (pg_auto_failover), which is not on PATH: install Debian's postgresql-15-auto-failover (apt-get install -y postgresql-15-auto-failover)")
+	}
+	return nil
 }

@@ -87,6 +87,9 @@ type Config struct {
 	// among System.CompanyURLs (INSURER_URL).
 	Replicas, NATSCluster int
 	Steps                 string
+	// PGHA: the system runs on a PostgreSQL pair (only reported; the
+	// pg-failover kind needs a System that can fail over).
+	PGHA bool
 	// Progress, when set, gets a progress line: a progress bar, or with
 	// ProgressPlain (not a terminal) a plain line every 10 s.
 	Progress      io.Writer
@@ -182,6 +185,8 @@ type run struct {
 	lost      []LostEvent
 	// parts counts what the partitions did.
 	parts PartitionStats
+	// failovers are the PostgreSQL failovers made (pg-failover).
+	failovers []PGFailover
 
 	posted, answered, retried, failed, inflight atomic.Int64
 }
@@ -207,7 +212,7 @@ func newRun(sys System, cfg Config) (*run, *Report, error) {
 		Steps: cfg.Steps, Seed: cfg.Seed, DurationS: cfg.Duration.Seconds(), Rate: cfg.Rate, KillEveryS: cfg.KillEvery.Seconds(),
 		Replicas: max(cfg.Replicas, 1), NATSCluster: cfg.NATSCluster, Duplicates: map[string]int{}, Kills: map[string]int{},
 		Faults: map[string]int{}, Incidents: map[string]int{}, IncidentKinds: map[string]int{}, Travelers: map[string]int{},
-		DisruptionKinds: cfg.Disruptions, Disruptions: map[string]int{},
+		DisruptionKinds: cfg.Disruptions, Disruptions: map[string]int{}, PGHA: cfg.PGHA,
 	}
 	return r, rep, nil
 }
@@ -280,6 +285,7 @@ func (r *run) audit(ctx context.Context, rep *Report, stopped time.Time) {
 	rep.KillErrors = r.killErrs
 	bookings := slices.Clone(r.bookings)
 	lost := slices.Clone(r.lost)
+	rep.PGFailovers = slices.Clone(r.failovers)
 	for k, v := range r.disrupted {
 		rep.Disruptions[k] = v
 	}

@@ -202,6 +202,8 @@ func (r *run) disrupt(ctx context.Context, kind string, victims []string) (strin
 		return r.loseAcked(ctx)
 	case DisruptPartition:
 		return r.partition(ctx)
+	case DisruptPGFailover:
+		return r.pgFailover(ctx)
 	}
 	return "", fmt.Errorf("unknown disruption %q", kind)
 }

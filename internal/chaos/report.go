@@ -168,6 +168,10 @@ type Report struct {
 	// nil otherwise): how many of each shape, how many fenced their
 	// replica, how many leases peers took over meanwhile.
 	Partitions *PartitionStats `json:"partitions,omitempty"`
+	// PGHA: the run was on a PostgreSQL pair; PGFailovers are its
+	// failovers (pg-failover), each with its time until writable.
+	PGHA        bool         `json:"pg_ha,omitempty"`
+	PGFailovers []PGFailover `json:"pg_failovers,omitempty"`
 
 	// Orphans are company records of trips the trips service never
 	// recorded ("holds T-9").
@@ -347,6 +351,13 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(tw, "faults drawn\t%d (%s)\n", r.FaultsTotal, countList(r.Faults))
 	fmt.Fprintf(tw, "disruptions\t%s (kinds drawn: %s)\n", countList(r.Disruptions), strings.Join(r.DisruptionKinds, ", "))
 	fmt.Fprintf(tw, "kills\t%d (%s)\n", r.KillsTotal, countList(r.Kills))
+	if r.PGHA {
+		fmt.Fprintf(tw, "PostgreSQL failovers\t%d\n", len(r.PGFailovers))
+		for _, f := range r.PGFailovers {
+			fmt.Fprintf(tw, "\t%s %s -> %s: writable after %.1f s, old primary rejoined as standby after %.1f s\n",
+				f.At.Format(time.TimeOnly), f.Killed, f.Promoted, float64(f.WritableMS)/1000, float64(f.RejoinedMS)/1000)
+		}
+	}
 	if len(r.LostEvents) > 0 {
 		fmt.Fprintf(tw, "acked events lost\t%d deleted from their streams, %d found there again\n", len(r.LostEvents), r.LostFoundAgain)
 		for _, l := range r.LostEvents {

@@ -40,19 +40,26 @@ var HANodeNames = [2]string{"node1", "node2"} //nolint:gochecknoglobals // read-
 // haTimings are the monitor's settings (pgautofailover.*, ms), shortened
 // from pg_auto_failover's defaults (a 5 s health check, a node unhealthy
 // after 20 s, 30 s for a lost primary to demote itself: about 50 s
-// before the standby takes writes) so a failover takes a few seconds on
-// loopback. Lowering primary_demote_timeout is safe for data here: with
-// synchronous replication the old primary commits nothing the standby did
-// not receive while the standby is attached (its commits wait), and a
-// node that comes back is rejoined as a standby (pg_rewind).
+// before the standby takes writes) so a failover takes about ten seconds
+// on loopback. A node is unhealthy once its keeper has not reported for
+// node_considered_unhealthy_timeout and the monitor's health check (a
+// connection, health_check_timeout each, tried 1 + max_retries times) has
+// failed: a node killed refuses connections at once, while a node only
+// slow under load (a 2-core machine at load 10) keeps answering within
+// 2 s. Under tighter settings (1 s checks, unhealthy after 3 s) such a
+// load failed a healthy primary over while the whole system started.
+// Lowering primary_demote_timeout is safe for data here: with synchronous
+// replication the old primary commits nothing the standby did not receive
+// while the standby is attached (its commits wait), and a node that comes
+// back is rejoined as a standby (pg_rewind).
 var haTimings = map[string]string{ //nolint:gochecknoglobals // read-only
 	"pgautofailover.health_check_period":               "1000",
-	"pgautofailover.health_check_timeout":              "1000",
-	"pgautofailover.health_check_max_retries":          "1",
-	"pgautofailover.health_check_retry_delay":          "500",
-	"pgautofailover.node_considered_unhealthy_timeout": "3000",
+	"pgautofailover.health_check_timeout":              "2000",
+	"pgautofailover.health_check_max_retries":          "2",
+	"pgautofailover.health_check_retry_delay":          "1000",
+	"pgautofailover.node_considered_unhealthy_timeout": "5000",
 	"pgautofailover.primary_demote_timeout":            "3000",
-	"pgautofailover.startup_grace_period":              "3000",
+	"pgautofailover.startup_grace_period":              "5000",
 }
 
 // HA is a running pg_auto_failover formation: a monitor and two
@@ -356,10 +363,12 @@ func (h *HA) Running(name string) bool {
 	}
 }
 
-// Kill kills name's node with SIGKILL, keeper and postmaster at once (its
-// whole process group: a machine that dies), and waits for the keeper;
-// the postmaster's backends exit on their own. A postmaster killed alone
-// is only restarted by its keeper, on the same node.
+// Kill kills name's node with SIGKILL, keeper, postmaster and the
+// postmaster's children (backends, walsenders) at once, as a machine
+// that dies: a backend left alone would go on serving its client, and
+// committing, until it noticed its postmaster's death. It waits for the
+// keeper. A postmaster killed alone is only restarted by its keeper, on
+// the same node.
 func (h *HA) Kill(name string) error {
 	h.mu.Lock()
 	p := h.procs[name]
@@ -368,12 +377,47 @@ func (h *HA) Kill(name string) error {
 		return fmt.Errorf("pgcluster: no node %q", name)
 	}
 	pm, _ := postmasterPid(filepath.Join(h.cfg.Dir, name))
+	var kids []int
+	if pm > 0 {
+		// Stopped, it forks no backend while its children are listed.
+		_ = syscall.Kill(pm, syscall.SIGSTOP)
+		kids = childrenOf(pm)
+	}
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	if pm > 0 {
 		_ = syscall.Kill(pm, syscall.SIGKILL)
 	}
+	for _, k := range kids {
+		_ = syscall.Kill(k, syscall.SIGKILL)
+	}
 	<-p.done
 	return nil
+}
+
+// childrenOf returns the pids whose parent is pid (from /proc/<pid>/stat,
+// proc(5): the fourth field, after the command in parentheses).
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Restart runs name's keeper again (`pg_autoctl run`) after it died: a
@@ -409,4 +453,105 @@ func (h *HA) Stop() error {
 func (h *HA) logTail(name string) string {
 	b, _ := os.ReadFile(filepath.Join(h.cfg.Dir, name+".log"))
 	return tail(string(b), 1500)
+}
+
+// WaitPair waits (at most 3 minutes) until both nodes are settled in
+// their roles: one reported and assigned primary (replication
+// synchronous again), the other secondary. After a failover that is once
+// the old primary, run again, has rejoined as the new primary's standby.
+func (h *HA) WaitPair(ctx context.Context) error { return h.waitStates(ctx, 2) }
+
+// Failover is what one [HA.FailOver] did. Durations are from the kill.
+type Failover struct {
+	// Killed was the primary; Promoted is the standby that replaced it.
+	Killed, Promoted string
+	// At is when the SIGKILL was sent.
+	At time.Time
+	// Writable: the first write (a transaction that took an xid and
+	// committed) through [HA.URL] after the kill.
+	Writable time.Duration
+	// Rejoined: the killed node, run again, is the new primary's
+	// synchronous standby (see [HA.WaitPair]).
+	Rejoined time.Duration
+}
+
+// FailOver waits until the pair is whole ([HA.WaitPair]), kills the
+// primary's node with SIGKILL (see [HA.Kill]), waits
+// until a write commits through the multi-host URL (the monitor has
+// promoted the standby: pg_auto_failover's failover), then runs the
+// killed node's keeper again and waits until it has rejoined as the new
+// primary's standby (pg_rewind by pg_autoctl), so the pair can fail over
+// again. Each wait is bounded by ctx and by 3 minutes; the error names
+// the phase that did not end.
+func (h *HA) FailOver(ctx context.Context) (Failover, error) {
+	var f Failover
+	// A pair not whole (its standby still catching up, as after a
+	// failover the monitor made on its own) has no standby to promote.
+	if err := h.WaitPair(ctx); err != nil {
+		return f, fmt.Errorf("pgcluster: the pair is not whole before the failover: %w", err)
+	}
+	first, err := h.Primary(ctx)
+	if err != nil {
+		return f, fmt.Errorf("pgcluster: the monitor: %w", err)
+	}
+	if first == "" {
+		return f, errors.New("pgcluster: no node is primary now: nothing to fail over")
+	}
+	f.Killed, f.At = first, time.Now()
+	if err := h.Kill(first); err != nil {
+		return f, err
+	}
+	killed := f.At
+	if err := h.waitWritable(ctx); err != nil {
+		st, serr := h.States(context.WithoutCancel(ctx))
+		return f, fmt.Errorf("pgcluster: after killing %s: %w (monitor: %v %v; log of the other node: %s)", first, err, st, serr, h.logTail(h.other(first)))
+	}
+	f.Writable = time.Since(killed)
+	if f.Promoted, err = h.Primary(ctx); err != nil {
+		return f, fmt.Errorf("pgcluster: the monitor: %w", err)
+	}
+	if err := h.Restart(first); err != nil {
+		return f, err
+	}
+	if err := h.WaitPair(ctx); err != nil {
+		return f, fmt.Errorf("pgcluster: %s rejoining as standby: %w", first, err)
+	}
+	f.Rejoined = time.Since(killed)
+	return f, nil
+}
+
+// waitWritable waits (at most 3 minutes) until a transaction that takes
+// an xid commits through h.URL: on a standby, txid_current fails
+// ("cannot assign TransactionIds during recovery"), and with synchronous
+// replication on, the commit waits for a standby.
+func (h *HA) waitWritable(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	var last error
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		c, err := pgx.Connect(cctx, h.URL)
+		if err == nil {
+			_, err = c.Exec(cctx, "SELECT txid_current()")
+			c.Close(context.Background())
+		}
+		ccancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("never writable again: %w", last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// other names the node that is not name.
+func (h *HA) other(name string) string {
+	if name == HANodeNames[0] {
+		return HANodeNames[1]
+	}
+	return HANodeNames[0]
 }

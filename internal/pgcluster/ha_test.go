@@ -19,7 +19,9 @@ import (
 // the standby (synchronous replication); once the primary's node is
 // killed with SIGKILL the monitor promotes the standby, and the pair's
 // multi-host URL (target_session_attrs=read-write) writes there, the row
-// committed before the kill still present.
+// committed before the kill still present. The killed node, run again,
+// rejoins as the new primary's standby, and a second failover
+// ([HA.FailOver]) goes back to it, every row still there.
 func TestHAFailsOverToTheStandby(t *testing.T) {
 	if _, err := exec.LookPath("pg_autoctl"); err != nil {
 		t.Skip("pg_auto_failover is not installed (apt-get install postgresql-15-auto-failover)")
@@ -63,4 +65,30 @@ func TestHAFailsOverToTheStandby(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, first, second)
 	require.Equal(t, "2", query(t, h.URL, "SELECT count(*)::text FROM kept"), "the row committed before the kill survived")
+
+	require.NoError(t, h.Restart(first))
+	require.NoError(t, h.WaitPair(ctx), "the killed node rejoins as the standby")
+	st, err := h.States(ctx)
+	require.NoError(t, err)
+	for _, s := range st {
+		want := "secondary"
+		if s.Name == second {
+			want = "primary"
+		}
+		require.Equal(t, want, s.Reported, "%+v", st)
+	}
+	c, err = pgx.Connect(ctx, h.URL)
+	require.NoError(t, err)
+	_, err = c.Exec(ctx, "INSERT INTO kept VALUES ('before the second kill')")
+	require.NoError(t, err, "committed once the rejoined standby has it")
+	c.Close(ctx)
+
+	f, err := h.FailOver(ctx)
+	require.NoError(t, err)
+	require.Equal(t, pgcluster.Failover{Killed: second, Promoted: first, At: f.At, Writable: f.Writable, Rejoined: f.Rejoined}, f)
+	require.Greater(t, f.Rejoined, f.Writable)
+	t.Logf("second failover: writable again %s after the kill, %s rejoined as standby %s after it",
+		f.Writable.Round(100*time.Millisecond), second, f.Rejoined.Round(100*time.Millisecond))
+	require.Equal(t, "3", query(t, h.URL, "SELECT count(*)::text FROM kept"), "every row committed before the kills survived")
+	require.NoError(t, h.WaitPair(ctx))
 }

@@ -56,6 +56,14 @@ type Config struct {
 	Binary string
 	// DatabaseURL, when set, is used instead of a private cluster.
 	DatabaseURL string
+	// PGHA runs, instead of one private cluster, a pg_auto_failover pair
+	// in Dir/pg-ha (pgcluster.StartHA: a monitor, a primary and its
+	// synchronous standby; needs pg_autoctl, Debian's
+	// postgresql-15-auto-failover): the roles and schemas are made on the
+	// primary and every child gets a multi-host DATABASE_URL of both nodes
+	// with target_session_attrs=read-write. [Stack.FailOver] kills the
+	// primary. Refused with DatabaseURL or PostgresClockOffset.
+	PGHA bool
 	// BasePort: when non-zero, NATS (nats-1 in a cluster) listens on
 	// BasePort and the first replica of each process on BasePort+1... in
 	// [Processes] order; then come the other replicas (replica 2 of hotel,
@@ -120,6 +128,8 @@ type Stack struct {
 	natsOpts server.Options
 	nats     *server.Server // the embedded server, when not a cluster
 	pg       *pgcluster.Cluster
+	// ha is the pg_auto_failover pair with Config.PGHA (pgha.go).
+	ha *haPair
 	// roleURLs are the PostgreSQL roles' URLs, by process (pgroles).
 	roleURLs map[string]string
 	// nets are the service replicas' own proxies (Config.Partitions), by
@@ -333,6 +343,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if _, err := events.ParseSteps(steps(cfg)); err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
+	if err := checkPGHA(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -442,6 +455,11 @@ func (s *Stack) start(ctx context.Context) error {
 		s.natsOpts.Port = ns.Addr().(*net.TCPAddr).Port
 	}
 	s.DatabaseURL = cfg.DatabaseURL
+	if cfg.PGHA {
+		if err := s.startPGHA(ctx); err != nil {
+			return err
+		}
+	}
 	if s.DatabaseURL == "" {
 		if os.Geteuid() == 0 {
 			if err := allowSearch(cfg.Dir); err != nil {
@@ -503,7 +521,9 @@ func (s *Stack) start(ctx context.Context) error {
 	}
 	for _, in := range s.insts {
 		if err := s.WaitReady(ctx, in.name); err != nil {
-			return err
+			if err = s.waitReadyOnPair(ctx, in.name, err); err != nil {
+				return err
+			}
 		}
 	}
 	return s.writeEnvFile()
@@ -668,6 +688,7 @@ func (s *Stack) watch() {
 		if s.pg != nil && !s.pg.Alive() {
 			s.restartPostgres()
 		}
+		s.superviseHA()
 		s.mu.Lock()
 		ns := s.nats
 		s.mu.Unlock()
@@ -1018,6 +1039,7 @@ func (s *Stack) Stop() {
 			s.cfg.Logger.Error("postgres stop", "err", err)
 		}
 	}
+	s.stopPGHA()
 	stop(true)
 	s.stopProxies()
 	for _, l := range s.listeners {
