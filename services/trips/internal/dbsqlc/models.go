@@ -114,6 +114,7 @@ type Step struct {
 	Tracestate     *string
 	StatusSince    time.Time
 	DueAfterCall   bool
+	Version        string
 }
 
 type Trip struct {
@@ -134,6 +135,7 @@ type Trip struct {
 	FeeCents          pgtype.Int8
 	RefundCents       pgtype.Int8
 	CanceledAt        *time.Time
+	Version           string
 }
 
 type TripPause struct {
