@@ -124,10 +124,10 @@ type Stack struct {
 	listeners map[string]*net.TCPListener
 	// envOf is added, per instance, after Config.Env to its environment
 	// from its next start on ([Stack.Restart]); guarded by mu.
-	envOf   map[string][]string
-	stopped bool
-	quit      chan struct{} // closed by Stop: ends the watch of PostgreSQL and NATS
-	watching  sync.WaitGroup
+	envOf    map[string][]string
+	stopped  bool
+	quit     chan struct{} // closed by Stop: ends the watch of PostgreSQL and NATS
+	watching sync.WaitGroup
 }
 
 // instance is one supervised child process.
@@ -884,7 +884,7 @@ func (s *Stack) Kill(name string) (pid int, err error) {
 // again with env ("STEPS=hotel,insurance,payment,car") added to its
 // environment after [Config.Env] (kept for its later restarts too; a
 // later Restart's env replaces it), and waits until the new process is
-// ready. The instance's socket is the supervisor's, so no request is
+// ready or ctx ends. The instance's socket is the supervisor's, so no request is
 // refused meanwhile: they wait for the new process.
 func (s *Stack) Restart(ctx context.Context, name string, env ...string) error {
 	s.mu.Lock()
@@ -917,7 +917,14 @@ func (s *Stack) Restart(ctx context.Context, name string, env ...string) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return s.WaitReady(ctx, name)
+	for {
+		// Until ctx ends, not WaitReady's minute: on a loaded machine a
+		// recovery pass under traffic can take longer.
+		err := s.WaitReady(ctx, name)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+	}
 }
 
 // KillEmptyStore SIGKILLs a NATS node of a cluster ("nats-2") like
