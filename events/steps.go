@@ -84,13 +84,17 @@ func stepTypes(service, stream string, typeAndDescription ...string) []EventType
 // Full is [Default] with every [Optional] step on, in its usual place
 // (insurance between the hotel and the payment): the document of every
 // event type the system may publish (events/asyncapi.yaml).
-func Full() Catalogue {
+// It is built once (the outbox checks every event's subject against it);
+// its slices are shared, read-only, as [Default]'s are.
+func Full() Catalogue { return full() }
+
+var full = sync.OnceValue(func() Catalogue { //nolint:gochecknoglobals // built once, read-only
 	c, err := Default.WithSteps([]string{"hotel", "insurance", "payment", "car"})
 	if err != nil {
 		panic(err) // a declaration error in this file, caught by its test
 	}
 	return c
-}
+})
 
 // Saga returns the catalogue's compensable steps and its pivot, in saga
 // order (the forward-only steps after the pivot left out).

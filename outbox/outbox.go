@@ -67,7 +67,10 @@ func Write(ctx context.Context, tx pgx.Tx, evs ...event.Event) (err error) {
 		if err != nil {
 			return fmt.Errorf("outbox: event %s: %w", e.ID(), err)
 		}
-		if _, ok := events.Selected().StreamOf(subject); !ok {
+		// Any version's streams (events.Full), not only this process's
+		// STEPS: the insurer goes on finishing the trips of a version
+		// with insurance after STEPS turned it off.
+		if _, ok := events.Full().StreamOf(subject); !ok {
 			return fmt.Errorf("outbox: event %s: %w: no stream of the catalogue holds subject %q", e.ID(), events.ErrInvalidEvent, subject)
 		}
 		h, err := events.EncodeHeaders(e)

@@ -366,6 +366,7 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 {{define "timeline"}}{{template "head" (printf "trip %s" .TripID)}}
 <h1>Trip <code id="trip-id">{{.TripID}}</code>{{with .View}} <span class="{{.Status}}" id="trip-status">{{.Status}}</span>{{end}}</h1>
 <div id="stopped" class="stopped{{with .View}}{{if .Settled}} settled{{end}}{{end}}"><b>Where it stopped:</b> {{.Stopped}}</div>
+<p><b>Steps of this trip</b> (its version: the saga order it started under and is judged by): <code id="trip-version">{{.Version}}</code></p>
 {{if .Unread}}<p><b>Not read</b> (this timeline is incomplete):</p><ul>{{range .Unread}}<li>{{.}}</li>{{end}}</ul>{{end}}
 ` + opsBar + `
 {{$trip := .TripID}}<p>Retries of this trip: {{range actors}}<span class="svc">{{.}}:

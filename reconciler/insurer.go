@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/provider"
 )
 
@@ -24,18 +25,38 @@ func (c *companyRecords) of(i int) map[string]int {
 }
 
 // policiesAgree reports whether a settled trip's policies agree with its
-// status: with the insurance step on, a confirmed trip has exactly one
-// policy active and a canceled one none (a canceled policy is fine); with
-// it off there is nothing to check.
-func (r *Reconciler) policiesAgree(c *companyRecords, active int) bool {
+// status under its own version (events.VersionExtension), not the
+// reconciler's STEPS: a trip whose version has the insurance step,
+// confirmed, has exactly one policy active, and canceled none (a canceled
+// policy is fine); a trip whose version has no insurance step has no
+// policy at all, active or canceled (a policy of it would be one the saga
+// never asked for). Without the insurer listed ([Config.Insurer] nil)
+// there is nothing to check.
+func (r *Reconciler) policiesAgree(version string, c *companyRecords, active int) bool {
 	if r.cfg.Insurer == nil {
 		return true
 	}
-	n := 0
+	n, all := 0, 0
 	if c != nil {
 		n = c.policies["active"]
+		for _, k := range c.policies {
+			all += k
+		}
+	}
+	if !insured(version) {
+		return all == 0
 	}
 	return n == active
+}
+
+// insured reports whether a trip of version has the insurance step.
+func insured(version string) bool {
+	c, err := events.CatalogueOf(version)
+	if err != nil {
+		return false
+	}
+	_, on := c.Step("insurance")
+	return on
 }
 
 // countPolicies gives every trip's records a policy count (none yet) when

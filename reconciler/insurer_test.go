@@ -54,16 +54,37 @@ func TestSweepWithInsurance(t *testing.T) {
 	_, err = provider.Hotel(b.companies+"/hotel").Undo(context.Background(), "T-rejected:hotel")
 	require.NoError(t, err)
 	b.publishAll(t, "T-rejected", events.TripRequested, events.HotelHeld, events.InsuranceRejected, events.HotelReleased, events.TripCanceled)
+	// Trips of the version without insurance (started before STEPS
+	// turned it on) are judged by their own steps: whole with no policy,
+	// half with one (a policy the saga never asked for).
+	plain := events.Default.Version()
+	plainConfirmed := []string{events.TripRequested, events.HotelHeld, events.PaymentCharged, events.CarBooked, events.TripConfirmed}
+	for _, trip := range []string{"T-plain", "T-plainpolicy"} {
+		b.hold(t, trip)
+		b.charge(t, trip)
+		b.book(t, trip)
+		b.publishAllOf(t, plain, trip, plainConfirmed...)
+	}
+	insure("T-plainpolicy")
 	testenv.Eventually(t, b.caughtUp, "projection caught up")
 
 	res := b.sweep(t)
 	open := b.open(t)
-	require.Equal(t, 2, res.Open[FindingHalf], "%v", open)
+	require.Equal(t, 3, res.Open[FindingHalf], "%v", open)
+	require.Contains(t, open["T-plainpolicy/half"].Detail, "policies active 1")
+	require.NotContains(t, open, "T-plain/half", "a trip of a version without insurance needs no policy")
+	pv, ok := b.viewOf(t, "T-plain")
+	require.True(t, ok)
+	require.Equal(t, plain, pv.Version, "the view shows the trip's version")
 	require.Contains(t, open["T-nopolicy/half"].Detail, "policies none")
 	require.Contains(t, open["T-left/half"].Detail, "policies active 1")
 	v, ok := b.viewOf(t, "T-left")
 	require.True(t, ok)
 	require.Contains(t, v.Seen, "insurance.canceled", "the projection follows the INSURANCE stream")
+
+	wv, ok := b.viewOf(t, "T-whole")
+	require.True(t, ok)
+	require.Equal(t, "hotel,insurance,payment,car", wv.Version)
 
 	_, err = insurer.Undo(context.Background(), "T-left:insurance")
 	require.NoError(t, err)

@@ -22,14 +22,12 @@ const ProjectionName = "reconciler"
 
 var queries = dbsqlc.New() //nolint:gochecknoglobals // stateless query set
 
-// projectionTypes returns the event types the reconciler consumes.
+// projectionTypes returns the event types the reconciler consumes in any
+// trip version (events.ProjectionAnyVersion): a trip keeps the steps it
+// started with.
 func projectionTypes() []string {
-	for _, p := range events.Selected().Projections {
-		if p.Name == ProjectionName {
-			return p.Consumes
-		}
-	}
-	return nil
+	p, _ := events.ProjectionAnyVersion(ProjectionName)
+	return p.Consumes
 }
 
 // Status derives a trip's status from the event kinds seen, in any order.
@@ -43,6 +41,13 @@ func projectionTypes() []string {
 // and until then it is "canceling_by_traveler", not settled (so a
 // cancellation that never ends is found stuck).
 func Status(seen []string) (status, settled string) {
+	return StatusOf(events.Selected().Version(), seen)
+}
+
+// StatusOf is [Status] for a trip of version (events.VersionExtension; ""
+// the default order): its status follows the steps it started with
+// ([trips.ProjectOf]), whatever STEPS the reconciler runs.
+func StatusOf(version string, seen []string) (status, settled string) {
 	switch {
 	case slices.Contains(seen, events.Kind(events.TripCanceledByTraveler)):
 		return trips.StatusCanceledByTraveler, trips.StatusCanceledByTraveler
@@ -53,7 +58,7 @@ func Status(seen []string) (status, settled string) {
 	case slices.Contains(seen, "trip.canceled"):
 		return trips.StatusCanceled, trips.StatusCanceled
 	}
-	return trips.Project(seen), ""
+	return trips.ProjectOf(version, seen), ""
 }
 
 // apply adds one event to trip_view inside tx. It is correct in any
@@ -73,9 +78,10 @@ func apply(ctx context.Context, tx pgx.Tx, e event.Event) error {
 		// replay of such an event gets another time.
 		at = time.Now().UTC()
 	}
-	status, settled := Status([]string{kind})
+	version := events.VersionOf(e)
+	status, settled := StatusOf(version, []string{kind})
 	row, err := queries.TripViewApply(ctx, tx, dbsqlc.TripViewApplyParams{
-		TripID: trip, Kind: kind, NewStatus: status, NewSettled: nonEmpty(settled), At: at,
+		TripID: trip, Kind: kind, NewStatus: status, NewSettled: nonEmpty(settled), At: at, Version: version,
 	})
 	if err != nil {
 		return fmt.Errorf("trip_view %s: %w", trip, err)
@@ -83,7 +89,7 @@ func apply(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	if err := recordRefund(ctx, tx, e); err != nil {
 		return err
 	}
-	status, settled = Status(row.Seen)
+	status, settled = StatusOf(row.Version, row.Seen)
 	if status == row.Status && settled == deref(row.Settled) {
 		return nil
 	}

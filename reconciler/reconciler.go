@@ -148,7 +148,7 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	types := projectionTypes()
 	batchLock := &sync.Mutex{}
-	for stream, filters := range events.Selected().Streams(types) {
+	for stream, filters := range events.Full().Streams(types) {
 		in, err := outbox.NewInbox(outbox.InboxConfig{
 			Name: ProjectionName, Stream: stream, FilterSubjects: filters, Types: types,
 			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: handler, BatchApply: batch, BatchLock: batchLock,
@@ -221,11 +221,19 @@ type TripView struct {
 	// FirstEventAt and LastEventAt are the events' own times (UTC).
 	FirstEventAt time.Time `json:"first_event_at"`
 	LastEventAt  time.Time `json:"last_event_at"`
+	// Version is the trip's version (events.VersionExtension): the saga
+	// order it started under and is judged by, "hotel,payment,car";
+	// a trip whose events carry none is of the default order.
+	Version string `json:"version"`
 }
 
 func tripViewFromRow(r dbsqlc.TripView) TripView {
+	version := r.Version
+	if version == "" {
+		version = events.DefaultVersion()
+	}
 	return TripView{
-		TripID: r.TripID, Seen: r.Seen, Status: r.Status, Settled: deref(r.Settled),
+		TripID: r.TripID, Seen: r.Seen, Status: r.Status, Settled: deref(r.Settled), Version: version,
 		Requested: r.Requested, Mailed: r.Mailed, Events: int(r.Events),
 		FirstEventAt: r.FirstEventAt.UTC(), LastEventAt: r.LastEventAt.UTC(),
 	}
@@ -321,6 +329,12 @@ func Run(ctx context.Context, env app.Env) error {
 		if err := env.Require("INSURER_URL"); err != nil {
 			return fmt.Errorf("reconciler: the insurance step is on: %w", err)
 		}
+	}
+	if env.InsurerURL != "" {
+		// Listed whenever it is known, not only with the step on in
+		// STEPS: trips of a version with insurance are still judged by
+		// their policies after STEPS turned it off (and a policy of a
+		// trip without it is half).
 		insurer = provider.Insurer(env.InsurerURL)
 	}
 	r, err := New(Config{

@@ -308,9 +308,18 @@ func (b *bundle) book(t *testing.T, trip string) {
 	require.NoError(t, err)
 }
 
+// publishAll publishes events of types about trip as the services would:
+// stamped with the trip version of this process's STEPS.
 func (b *bundle) publishAll(t *testing.T, trip string, types ...string) {
+	b.publishAllOf(t, events.Selected().Version(), trip, types...)
+}
+
+// publishAllOf is publishAll for a trip of version.
+func (b *bundle) publishAllOf(t *testing.T, version, trip string, types ...string) {
 	for _, typ := range types {
-		b.publish(t, ev(t, typ, trip), "")
+		e := ev(t, typ, trip)
+		events.SetVersion(&e, version)
+		b.publish(t, e, "")
 	}
 }
 

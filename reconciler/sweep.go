@@ -197,11 +197,11 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 		c := recs[v.TripID]
 		switch deref(v.Settled) {
 		case trips.StatusConfirmed:
-			if c == nil || c.holds["held"] != 1 || c.charges["charged"] != 1 || c.bookings["booked"] != 1 || !r.policiesAgree(c, 1) {
+			if c == nil || c.holds["held"] != 1 || c.charges["charged"] != 1 || c.bookings["booked"] != 1 || !r.policiesAgree(v.Version, c, 1) {
 				fs = append(fs, found{v.TripID, FindingHalf, "confirmed by events, but the companies have " + c.describe()})
 			}
 		case trips.StatusCanceled:
-			if c != nil && (c.holds["held"] > 0 || c.charges["charged"] > 0 || c.bookings["booked"] > 0 || !r.policiesAgree(c, 0)) {
+			if c != nil && (c.holds["held"] > 0 || c.charges["charged"] > 0 || c.bookings["booked"] > 0 || !r.policiesAgree(v.Version, c, 0)) {
 				fs = append(fs, found{v.TripID, FindingHalf, "canceled by events, but the companies have " + c.describe()})
 			}
 		case trips.StatusCanceledByTraveler:
@@ -209,7 +209,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 				fs = append(fs, found{v.TripID, FindingHalf, "canceled by the traveler by events, but " + why + "; the companies have " + c.describe()})
 			}
 		default:
-			if open := trips.OpenUndos(v.Seen); len(open) > 0 {
+			if open := trips.OpenUndosOf(v.Version, v.Seen); len(open) > 0 {
 				fs = append(fs, found{v.TripID, FindingOpenUndo, fmt.Sprintf("%s with the undo of %s open (stuck, retried until it is done or an operator settles it); the companies have %s",
 					v.Status, strings.Join(open, ", "), c.describe())})
 				break

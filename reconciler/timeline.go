@@ -68,6 +68,10 @@ type Timeline struct {
 	// Stopped says in a sentence where the trip is: settled, or what it
 	// waits for (the newest event, open incidents, dead letters).
 	Stopped string `json:"stopped"`
+	// Version is the trip's version (events.VersionExtension), the saga
+	// order it runs under: its projection row's, else that of the first
+	// of its events that carries one, else the default order.
+	Version string `json:"version"`
 	// Columns are the entries' columns, one per service ("trips",
 	// "hotel", ...), then "deadletter" when a copy was parked.
 	Columns []string `json:"columns"`
@@ -157,7 +161,9 @@ func (r *Reconciler) Timeline(ctx context.Context, trip string) (Timeline, error
 		mu.Unlock()
 	}
 	var wg sync.WaitGroup
-	streams := slices.Sorted(maps.Keys(events.Selected().StreamSubjects()))
+	// Every version's streams (events.Full): a trip with insurance may be
+	// looked at after STEPS turned it off.
+	streams := slices.Sorted(maps.Keys(events.Full().StreamSubjects()))
 	for _, s := range streams {
 		wg.Go(func() {
 			es, err := r.streamEntries(ctx, s, trip)
@@ -246,6 +252,7 @@ func (r *Reconciler) Timeline(ctx context.Context, trip string) (Timeline, error
 	slices.Sort(t.Paused)
 	t.Columns = timelineColumns(t.Entries, mapKeys(r.cfg.Services))
 	t.Stopped = stoppedAt(t)
+	t.Version = timelineVersion(t)
 	return t, nil
 }
 
@@ -266,6 +273,21 @@ func sortEntries(es []Entry) {
 		return cmp.Or(a.At.Compare(b.At), cmp.Compare(rank[a.Source], rank[b.Source]),
 			cmp.Compare(a.Column, b.Column), cmp.Compare(a.Seq, b.Seq))
 	})
+}
+
+// timelineVersion is the version of the trip of t: its projection row's
+// when it has one, else that of its first event carrying one (the
+// ce-tripsteps header), else the default order.
+func timelineVersion(t Timeline) string {
+	if t.View != nil && t.View.Version != "" {
+		return t.View.Version
+	}
+	for _, e := range t.Entries {
+		if v := e.Headers["ce-"+events.VersionExtension]; v != "" {
+			return v
+		}
+	}
+	return events.DefaultVersion()
 }
 
 // timelineColumns orders the columns: trips, then the steps' services in

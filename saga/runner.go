@@ -154,6 +154,10 @@ type Request struct {
 	Trip *events.TripRequest
 	// KeyName overrides Spec.KeyName (e.g. "mail:confirmed").
 	KeyName string
+	// Version is the trip's version (events.VersionExtension), from the
+	// event that asked for the step: every event the step publishes
+	// carries it on. "" is a trip of before versions (the default order).
+	Version string
 }
 
 // Request records the step inside tx (the trigger event's inbox
@@ -187,7 +191,7 @@ func (r *Runner) Request(ctx context.Context, tx pgx.Tx, req Request) (bool, err
 			TripID: req.TripID, Step: r.cfg.Spec.Name, IdempotencyKey: key,
 			Request: body, Fingerprint: hex.EncodeToString(sum[:]), Trip: trip,
 			DeadlineMs: ms(r.t.StepDeadline), LeaseMs: ms(r.leaseFor()), Owner: r.owner(),
-			Traceparent: tp, Tracestate: ts,
+			Traceparent: tp, Tracestate: ts, Version: req.Version,
 		})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil
@@ -201,7 +205,7 @@ func (r *Runner) Request(ctx context.Context, tx pgx.Tx, req Request) (bool, err
 	n, err := queries.StepInsertIfAbsent(ctx, tx, dbsqlc.StepInsertIfAbsentParams{
 		TripID: req.TripID, Step: r.cfg.Spec.Name, IdempotencyKey: key,
 		Request: body, Fingerprint: hex.EncodeToString(sum[:]), Trip: trip,
-		DeadlineMs: ms(r.t.StepDeadline), Traceparent: tp, Tracestate: ts,
+		DeadlineMs: ms(r.t.StepDeadline), Traceparent: tp, Tracestate: ts, Version: req.Version,
 	})
 	if err != nil {
 		return false, fmt.Errorf("saga: record %s of %s: %w", r.cfg.Spec.Name, req.TripID, err)
@@ -219,13 +223,21 @@ func (r *Runner) Request(ctx context.Context, tx pgx.Tx, req Request) (bool, err
 // left alone. Call [Runner.Wake] after commit (done for the caller when ctx
 // comes from outbox.WithAfterCommit).
 func (r *Runner) RequestUndo(ctx context.Context, tx pgx.Tx, trip string) error {
+	return r.RequestUndoOf(ctx, tx, trip, "")
+}
+
+// RequestUndoOf is [Runner.RequestUndo] for a trip of version (the
+// version of the event asking for the undo, events.VersionOf): a step
+// voided before it ran says so with an event of that version. A row that
+// exists keeps the version it was recorded with.
+func (r *Runner) RequestUndoOf(ctx context.Context, tx pgx.Tx, trip, version string) error {
 	if r.cfg.Spec.Class != events.Compensable {
 		return fmt.Errorf("saga: %s is %s and has no compensation", r.cfg.Spec.Name, r.cfg.Spec.Class)
 	}
 	outbox.AfterCommit(ctx, r.Wake)
 	row, err := queries.StepGetForUpdate(ctx, tx, dbsqlc.StepGetForUpdateParams{TripID: trip, Step: r.cfg.Spec.Name})
 	if errors.Is(err, pgx.ErrNoRows) {
-		n, err := queries.StepInsertVoided(ctx, tx, dbsqlc.StepInsertVoidedParams{TripID: trip, Step: r.cfg.Spec.Name, IdempotencyKey: r.Key(trip)})
+		n, err := queries.StepInsertVoided(ctx, tx, dbsqlc.StepInsertVoidedParams{TripID: trip, Step: r.cfg.Spec.Name, IdempotencyKey: r.Key(trip), Version: version})
 		if err != nil {
 			return fmt.Errorf("saga: void %s of %s: %w", r.cfg.Spec.Name, trip, err)
 		}
@@ -1051,6 +1063,9 @@ func (r *Runner) eventBy(typ string, row *dbsqlc.Step, carryTrip bool, settledBy
 	if err != nil {
 		return nil, err
 	}
+	// The trip's version goes on with every event of the step, so the
+	// services after it react by the trip's catalogue (events.VersionOf).
+	events.SetVersion(&e, row.Version)
 	return []event.Event{e}, nil
 }
 

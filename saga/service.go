@@ -124,15 +124,20 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	undoTypes := []string{}
-	if step.Compensation != nil {
-		undoTypes = step.Compensation.Trigger
+	// The inboxes take what the step needs in any trip version
+	// (events.ConsumesAnyVersion), not only in this process's STEPS: a
+	// trip keeps the version it started with, and a step's trigger and
+	// its compensation's differ between versions (insurance on or off).
+	// Each event is then handled by its trip's catalogue (below).
+	all := []string{}
+	for _, c := range append(events.Versions(), cfg.Catalogue) {
+		if st, ok := c.Step(cfg.Spec.Name); ok {
+			all = appendNew(all, st.Trigger...)
+			if st.Compensation != nil {
+				all = appendNew(all, st.Compensation.Trigger...)
+			}
+		}
 	}
-	isTrigger := map[string]bool{}
-	for _, t := range step.Trigger {
-		isTrigger[t] = true
-	}
-	all := append(append([]string{}, step.Trigger...), undoTypes...)
 	extra := map[string][]func(ctx context.Context, tx pgx.Tx, e event.Event) error{}
 	for _, x := range cfg.Extra {
 		xs, ok := cfg.Catalogue.Step(x.Spec.Name)
@@ -151,11 +156,21 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		}
 		s.Extra = append(s.Extra, xr)
 		request := x.Request
+		name := x.Spec.Name
 		for _, t := range xs.Trigger {
 			if !slices.Contains(all, t) {
 				all = append(all, t)
 			}
 			extra[t] = append(extra[t], func(ctx context.Context, tx pgx.Tx, e event.Event) error {
+				cat, err := events.CatalogueOf(events.VersionOf(e))
+				if err != nil {
+					return fmt.Errorf("%w: %s of trip %s: %w", outbox.ErrPermanent, e.Type(), e.Subject(), err)
+				}
+				if cat.ReactionOf(name, e.Type()) != events.Run {
+					// Not a step of the trip's version (the policy's
+					// cancel of a trip bought without insurance).
+					return nil
+				}
 				req, err := request(e)
 				if err != nil {
 					return err
@@ -163,6 +178,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 				if req.TripID != e.Subject() {
 					return fmt.Errorf("%w: %s names trip %q, not its subject %q", outbox.ErrPermanent, e.Type(), req.TripID, e.Subject())
 				}
+				req.Version = events.VersionOf(e)
 				_, err = xr.Request(ctx, tx, req)
 				return err
 			})
@@ -180,15 +196,32 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 			}
 			return nil
 		}
-		if isTrigger[e.Type()] {
-			return s.onTrigger(ctx, tx, e)
+		// The trip's own catalogue decides, not this process's STEPS:
+		// whether the step is in the trip at all, and whether the event
+		// is its trigger or its compensation's there. An event the step
+		// does not react to in that version is acknowledged and recorded
+		// in the inbox (a replay stays exact); so is every event of a
+		// trip whose version leaves the step out, which is how a service
+		// started for the first time leaves alone the trips from before
+		// it existed.
+		version := events.VersionOf(e)
+		cat, err := events.CatalogueOf(version)
+		if err != nil {
+			return fmt.Errorf("%w: %s of trip %s: %w", outbox.ErrPermanent, e.Type(), e.Subject(), err)
 		}
-		return r.RequestUndo(ctx, tx, e.Subject())
+		switch cat.ReactionOf(cfg.Spec.Name, e.Type()) {
+		case events.Run:
+			return s.onTrigger(ctx, tx, e, cat)
+		case events.Undo:
+			return r.RequestUndoOf(ctx, tx, e.Subject(), version)
+		}
+		return nil
 	}
-	for stream, filters := range cfg.Catalogue.Streams(all) {
+	every := events.Full() // declares every type any version may publish
+	for stream, filters := range every.Streams(all) {
 		var types []string
 		for _, t := range all {
-			if et, _ := cfg.Catalogue.Lookup(t); et.Stream == stream {
+			if et, _ := every.Lookup(t); et.Stream == stream {
 				types = append(types, t)
 			}
 		}
@@ -209,7 +242,19 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	return s, nil
 }
 
-func (s *Service) onTrigger(ctx context.Context, tx pgx.Tx, e event.Event) error {
+// appendNew appends to ts each of more it lacks.
+func appendNew(ts []string, more ...string) []string {
+	for _, t := range more {
+		if !slices.Contains(ts, t) {
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
+
+// onTrigger records the step for the trip of trigger e, whose catalogue
+// (of its version) is cat.
+func (s *Service) onTrigger(ctx context.Context, tx pgx.Tx, e event.Event, cat events.Catalogue) error {
 	var d tripEvent
 	if err := events.DecodeData(e, &d); err != nil {
 		return err
@@ -226,7 +271,7 @@ func (s *Service) onTrigger(ctx context.Context, tx pgx.Tx, e event.Event) error
 	// A trigger another step service published is carried out only for a
 	// trip the trips service took, with its request unchanged: a step
 	// service's identity can publish its own events with any content.
-	if s.cfg.Origin != nil && s.fromStepService(e.Type()) {
+	if s.cfg.Origin != nil && fromStepService(cat, e.Type()) {
 		if err := checkOrigin(ctx, s.cfg.Origin, e.Type(), d.TripID, *d.Request); err != nil {
 			return err
 		}
@@ -235,15 +280,16 @@ func (s *Service) onTrigger(ctx context.Context, tx pgx.Tx, e event.Event) error
 	if err != nil {
 		return fmt.Errorf("%w: %w", outbox.ErrPermanent, err)
 	}
-	_, err = s.Runner.Request(ctx, tx, Request{TripID: d.TripID, Body: body, Trip: d.Request})
+	_, err = s.Runner.Request(ctx, tx, Request{TripID: d.TripID, Body: body, Trip: d.Request, Version: events.VersionOf(e)})
 	return err
 }
 
-// fromStepService reports whether events of typ are published by another
-// service than the one publishing trip.requested (trips).
-func (s *Service) fromStepService(typ string) bool {
-	et, _ := s.cfg.Catalogue.Lookup(typ)
-	origin, _ := s.cfg.Catalogue.Lookup(events.TripRequested)
+// fromStepService reports whether events of typ are published, in
+// catalogue c, by another service than the one publishing trip.requested
+// (trips).
+func fromStepService(c events.Catalogue, typ string) bool {
+	et, _ := c.Lookup(typ)
+	origin, _ := c.Lookup(events.TripRequested)
 	return et.Service != origin.Service
 }
 

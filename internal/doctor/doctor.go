@@ -162,12 +162,17 @@ type Config struct {
 func DefaultConfig() Config {
 	streams := slices.Sorted(maps.Keys(events.Selected().StreamSubjects()))
 	streams = append(streams, events.StreamDeadLetter)
+	// The inboxes of every trip version's services, not only of STEPS':
+	// the insurer's consumers stay (and go on finishing the insured
+	// trips) after STEPS turned insurance off.
 	inboxes := map[string]bool{}
-	for _, s := range events.Selected().Steps {
-		inboxes[s.Service] = true
-	}
-	for _, p := range events.Selected().Projections {
-		inboxes[p.Name] = true
+	for _, c := range append(events.Versions(), events.Selected()) {
+		for _, s := range c.Steps {
+			inboxes[s.Service] = true
+		}
+		for _, p := range c.Projections {
+			inboxes[p.Name] = true
+		}
 	}
 	return Config{
 		Streams:         streams,

@@ -169,10 +169,15 @@ func Services(c events.Catalogue) []string {
 	return slices.Compact(out)
 }
 
-// allStreams is every stream of c and the dead-letter stream, sorted.
+// allStreams is every stream of c, of every trip version (events.Full:
+// a trip with insurance may still run after STEPS turned it off) and the
+// dead-letter stream, sorted.
 func allStreams(c events.Catalogue) []string {
 	var out []string
 	for s := range c.StreamSubjects() {
+		out = append(out, s)
+	}
+	for s := range events.Full().StreamSubjects() {
 		out = append(out, s)
 	}
 	out = append(out, events.StreamDeadLetter)
@@ -193,7 +198,9 @@ func Identities(c events.Catalogue) []Identity {
 			}
 		}
 		id.OwnStreams = c.OwnedStreams(svc)
-		consumed := c.Streams(c.Consumes(svc))
+		// What the service consumes in any trip version, not only in c:
+		// a trip keeps the steps it started with (events.VersionExtension).
+		consumed := events.Full().Streams(c.ConsumesAny(svc))
 		for s := range consumed {
 			id.Consumers = append(id.Consumers, Consumer{Stream: s, Durable: svc})
 			id.DeadLetters = append(id.DeadLetters, events.DeadLetterSubjectPrefix+"."+s+"."+svc)

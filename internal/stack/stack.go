@@ -142,9 +142,12 @@ type Stack struct {
 	procs map[string]*child
 	// listeners are the instances' HTTP sockets, open for the stack's life.
 	listeners map[string]*net.TCPListener
-	stopped   bool
-	quit      chan struct{} // closed by Stop: ends the watch of PostgreSQL and NATS
-	watching  sync.WaitGroup
+	// envOf is added, per instance, after Config.Env to its environment
+	// from its next start on ([Stack.Restart]); guarded by mu.
+	envOf    map[string][]string
+	stopped  bool
+	quit     chan struct{} // closed by Stop: ends the watch of PostgreSQL and NATS
+	watching sync.WaitGroup
 }
 
 // instance is one supervised child process.
@@ -774,6 +777,9 @@ func (s *Stack) env(name string) []string {
 	env = append(env, "SERVICE_URLS="+strings.Join(ops, ","))
 	env = append(env, s.natsEnv(name)...)
 	env = append(env, s.cfg.Env...)
+	s.mu.Lock()
+	env = append(env, s.envOf[name]...) // Restart's, last: it wins
+	s.mu.Unlock()
 	// The operators' token (reconciler.OperatorTokenEnv) is the reconciler's
 	// alone: no other child gets it, from up's environment or Config.Env.
 	if s.processOf(name) != "reconciler" {
@@ -920,6 +926,54 @@ func (s *Stack) Kill(name string) (pid int, err error) {
 	}
 	<-c.done
 	return pid, nil
+}
+
+// Restart stops an instance ([Stack.Instances]) as an operator's rolling
+// restart does (SIGTERM, SIGKILL after 10 s), has the supervisor start it
+// again with env ("STEPS=hotel,insurance,payment,car") added to its
+// environment after [Config.Env] (kept for its later restarts too; a
+// later Restart's env replaces it), and waits until the new process is
+// ready or ctx ends. The instance's socket is the supervisor's, so no request is
+// refused meanwhile: they wait for the new process.
+func (s *Stack) Restart(ctx context.Context, name string, env ...string) error {
+	s.mu.Lock()
+	c := s.procs[name]
+	if c != nil {
+		if s.envOf == nil {
+			s.envOf = map[string][]string{}
+		}
+		s.envOf[name] = slices.Clone(env)
+		c.killed = true // on purpose: restarted at once, no backoff
+	}
+	s.mu.Unlock()
+	if c == nil {
+		return fmt.Errorf("stack: no process %s", name)
+	}
+	old := c.cmd.Process.Pid
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Signal(syscall.SIGKILL)
+		<-c.done
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for s.Pid(name) == old {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	for {
+		// Until ctx ends, not WaitReady's minute: on a loaded machine a
+		// recovery pass under traffic can take longer.
+		err := s.WaitReady(ctx, name)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+	}
 }
 
 // KillEmptyStore SIGKILLs a NATS node of a cluster ("nats-2") like

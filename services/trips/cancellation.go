@@ -35,11 +35,12 @@ const (
 // cancellation, by service (the hotel's, the card processor's, the car
 // firm's, and the insurer's with the insurance step on), each done once its
 // kind is seen: the triggers of the catalogue's traveler_settle step.
-func travelerKinds() map[string]string {
+func travelerKinds(version string) map[string]string {
 	out := map[string]string{}
-	settle, _ := events.Selected().Step("traveler_settle")
+	c := catalogueOf(version) // the trip's steps, not this process's STEPS
+	settle, _ := c.Step("traveler_settle")
 	for _, typ := range settle.Trigger {
-		if et, ok := events.Selected().Lookup(typ); ok {
+		if et, ok := c.Lookup(typ); ok {
 			out[et.Service] = events.Kind(typ)
 		}
 	}
@@ -76,7 +77,7 @@ func cancellationFromRow(row dbsqlc.Trip, req events.TripRequest) *Cancellation 
 		c.Band = *row.CancelBand
 	}
 	done := map[string]string{"hotel": "released", "payment": "refunded", "car": "canceled", "insurance": "canceled"}
-	for part, kind := range travelerKinds() {
+	for part, kind := range travelerKinds(row.Version) {
 		c.Steps[part] = "pending"
 		if slices.Contains(row.Seen, kind) {
 			c.Steps[part] = done[part]
@@ -214,7 +215,7 @@ func (s *Service) cancel(ctx context.Context, id, key string, now time.Time) (db
 	if err != nil {
 		return dbsqlc.Trip{}, err
 	}
-	if err := publishAndCommit(ctx, tx, events.TripCancellationRequested, id, events.CancellationData{
+	if err := publishAndCommit(ctx, tx, events.TripCancellationRequested, id, cur.Version, events.CancellationData{
 		TripID: id, Request: req, ChargedCents: req.Payment.AmountCents, FeeCents: fee.FeeCents,
 		RefundCents: fee.RefundCents, Currency: req.Payment.Currency, Band: fee.Band, RequestedAt: now.UTC(),
 	}); err != nil {
@@ -232,7 +233,7 @@ func (s *Service) projectCancellation(ctx context.Context, tx pgx.Tx, row dbsqlc
 	if row.Status != StatusCancelingByTraveler {
 		return nil
 	}
-	for _, kind := range travelerKinds() {
+	for _, kind := range travelerKinds(row.Version) {
 		if !slices.Contains(row.Seen, kind) {
 			return nil
 		}
@@ -247,6 +248,7 @@ func (s *Service) projectCancellation(ctx context.Context, tx pgx.Tx, row dbsqlc
 	if err != nil {
 		return err
 	}
+	events.SetVersion(&ev, row.Version)
 	if err := s.requestMail(ctx, tx, ev); err != nil {
 		return err
 	}

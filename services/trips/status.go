@@ -50,6 +50,31 @@ func Project(seen []string) string {
 	return status
 }
 
+// catalogueOf returns the catalogue of a trip of version (its saga order,
+// events.VersionExtension; "" the default order): a trip is projected by
+// the steps it started with, not by this process's STEPS. A version the
+// service cannot build (it wrote it itself, so only a row edited by hand)
+// falls back to STEPS.
+func catalogueOf(version string) events.Catalogue {
+	c, err := events.CatalogueOf(version)
+	if err != nil {
+		return events.Selected()
+	}
+	return c
+}
+
+// ProjectOf is [Project] for a trip of version (events.VersionExtension).
+func ProjectOf(version string, seen []string) string {
+	status, _ := project(catalogueOf(version), seen)
+	return status
+}
+
+// OpenUndosOf is [OpenUndos] for a trip of version.
+func OpenUndosOf(version string, seen []string) []string {
+	_, open := project(catalogueOf(version), seen)
+	return open
+}
+
 // OpenUndos returns, for a trip whose events seen are seen, the steps
 // whose undo raised its incident (stuck past its limit, or refused for
 // good: its stuck event, e.g. payment.refund_stuck, was seen) and is not
@@ -69,6 +94,12 @@ func FailureReason(kind string) string { return failures[kind] }
 // incident and goes on), ..., "pending" while nothing is known,
 // "skipped" when the trip ended before the step ran.
 func Steps(seen []string, status string) map[string]string {
+	return StepsOf(events.Selected().Version(), seen, status)
+}
+
+// StepsOf is [Steps] for a trip of version (events.VersionExtension): an
+// optional step ("insurance") is listed only for a trip that has it.
+func StepsOf(version string, seen []string, status string) map[string]string {
 	has := func(k string) bool { return slices.Contains(seen, k) }
 	pick := func(order ...string) string {
 		for i := 0; i+1 < len(order); i += 2 {
@@ -86,6 +117,6 @@ func Steps(seen []string, status string) map[string]string {
 		"payment": pick("payment.refunded", "refunded", "payment.failed", "failed", "payment.declined", "declined", "payment.refund_stuck", "refund_stuck", "payment.charged", "charged"),
 		"car":     pick("car.booked", "booked", "car.failed", "failed", "car.rejected", "sold_out", "car.cancel_stuck", "cancel_stuck"),
 	}
-	addSteps(m, events.Selected(), pick) // an optional step's: "insurance"
+	addSteps(m, catalogueOf(version), pick) // an optional step's: "insurance"
 	return m
 }

@@ -62,14 +62,14 @@ type Trip struct {
 
 func tripFromRow(row dbsqlc.Trip) Trip {
 	t := Trip{
-		TripID: row.TripID, Status: row.Status, Steps: Steps(row.Seen, row.Status),
+		TripID: row.TripID, Status: row.Status, Steps: StepsOf(row.Version, row.Seen, row.Status),
 		CreatedAt: row.CreatedAt.UTC(),
 	}
 	if row.Reason != nil {
 		t.Reason = *row.Reason
 	}
 	if row.Status == StatusCanceling {
-		t.OpenUndo = OpenUndos(row.Seen)
+		t.OpenUndo = OpenUndosOf(row.Version, row.Seen)
 	}
 	if row.SettledAt != nil {
 		s := row.SettledAt.UTC()
@@ -188,13 +188,10 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	var projection events.Projection
-	for _, p := range events.Selected().Projections {
-		if p.Name == "trips" {
-			projection = p
-		}
-	}
-	for stream, filters := range events.Selected().Streams(projection.Consumes) {
+	// What the status follows in any trip version, not only in this
+	// process's STEPS: a trip keeps the steps it started with.
+	projection, _ := events.ProjectionAnyVersion("trips")
+	for stream, filters := range events.Full().Streams(projection.Consumes) {
 		in, err := outbox.NewInbox(outbox.InboxConfig{
 			Name: "trips", Stream: stream, FilterSubjects: filters, Types: projection.Consumes,
 			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: s.project, BatchApply: outbox.HandlerBatch(s.project),
@@ -303,7 +300,7 @@ func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	if IsFinal(was) {
 		return nil
 	}
-	row.Status = Project(row.Seen)
+	row.Status = ProjectOf(row.Version, row.Seen)
 	if row.Status == was {
 		return nil
 	}
@@ -323,6 +320,7 @@ func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
 		if err != nil {
 			return err
 		}
+		events.SetVersion(&ev, row.Version)
 		evs = append(evs, ev)
 		// The mail step (the catalogue's trigger: this event) is recorded
 		// in the transaction that publishes its trigger, so it needs no
@@ -577,7 +575,10 @@ func (s *Service) create(ctx context.Context, key string, req events.TripRequest
 	ctx, committed := outbox.WithAfterCommit(ctx, s.relay)
 	// The insert comes first and the key's unique index decides: a new key
 	// costs no read, and of two POSTs racing with one key one inserts.
-	row, err := queries.TripInsert(ctx, tx, dbsqlc.TripInsertParams{TripID: id, IdempotencyKey: keyp, Fingerprint: fp, Request: body})
+	// The trip keeps the saga order it starts under (its version,
+	// events.VersionExtension), whatever STEPS this service runs later.
+	version := events.Selected().Version()
+	row, err := queries.TripInsert(ctx, tx, dbsqlc.TripInsertParams{TripID: id, IdempotencyKey: keyp, Fingerprint: fp, Request: body, Version: version})
 	if errors.Is(err, pgx.ErrNoRows) { // the key has its trip already
 		_ = tx.Rollback(ctx)
 		row, err := queries.TripGetByIdempotencyKey(ctx, s.cfg.Pool, keyp)
@@ -592,7 +593,7 @@ func (s *Service) create(ctx context.Context, key string, req events.TripRequest
 	if err != nil {
 		return dbsqlc.Trip{}, err
 	}
-	if err := publishAndCommit(ctx, tx, events.TripRequested, id, events.TripRequestedData{TripID: id, Request: req}); err != nil {
+	if err := publishAndCommit(ctx, tx, events.TripRequested, id, version, events.TripRequestedData{TripID: id, Request: req}); err != nil {
 		return dbsqlc.Trip{}, err
 	}
 	committed()
@@ -602,11 +603,12 @@ func (s *Service) create(ctx context.Context, key string, req events.TripRequest
 // publishAndCommit writes the trips service's event of type typ about
 // trip (data as its data) to the outbox in tx and commits tx: the state
 // change and its event in one transaction.
-func publishAndCommit(ctx context.Context, tx pgx.Tx, typ, trip string, data any) error {
+func publishAndCommit(ctx context.Context, tx pgx.Tx, typ, trip, version string, data any) error {
 	ev, err := events.New(events.Source("trips"), typ, trip, data)
 	if err != nil {
 		return err
 	}
+	events.SetVersion(&ev, version) // the trip's, events.VersionExtension
 	if err := outbox.Write(ctx, tx, ev); err != nil {
 		return err
 	}

@@ -114,6 +114,7 @@ type Step struct {
 	Tracestate     *string
 	StatusSince    time.Time
 	DueAfterCall   bool
+	Version        string
 }
 
 type TripPause struct {

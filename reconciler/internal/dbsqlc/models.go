@@ -138,6 +138,7 @@ type Step struct {
 	Tracestate     *string
 	StatusSince    time.Time
 	DueAfterCall   bool
+	Version        string
 }
 
 type TripPause struct {
@@ -160,6 +161,7 @@ type TripView struct {
 	LastEventAt  time.Time
 	UpdatedAt    time.Time
 	RefundCents  pgtype.Int8
+	Version      string
 }
 
 type TripViewShadow struct {

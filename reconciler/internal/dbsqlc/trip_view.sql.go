@@ -143,18 +143,19 @@ func (q *Queries) SweepTryLockShared(ctx context.Context, db DBTX) (bool, error)
 }
 
 const tripViewApply = `-- name: TripViewApply :one
-INSERT INTO trip_view AS v (trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at)
+INSERT INTO trip_view AS v (trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at, version)
 VALUES ($1, ARRAY[$2::text], $3, $4::text,
-        $2::text = 'trip.requested', $2::text = 'mail.sent', 1, $5, $5)
+        $2::text = 'trip.requested', $2::text = 'mail.sent', 1, $5, $5, $6::text)
 ON CONFLICT (trip_id) DO UPDATE
 SET seen = ARRAY(SELECT DISTINCT k FROM unnest(v.seen || EXCLUDED.seen) AS k ORDER BY k),
+    version = CASE WHEN v.version = '' THEN EXCLUDED.version ELSE v.version END,
     requested = v.requested OR EXCLUDED.requested,
     mailed = v.mailed OR EXCLUDED.mailed,
     events = v.events + 1,
     first_event_at = LEAST(v.first_event_at, EXCLUDED.first_event_at),
     last_event_at = GREATEST(v.last_event_at, EXCLUDED.last_event_at),
     updated_at = now()
-RETURNING seen, status, settled
+RETURNING seen, status, settled, version
 `
 
 type TripViewApplyParams struct {
@@ -163,12 +164,14 @@ type TripViewApplyParams struct {
 	NewStatus  string
 	NewSettled *string
 	At         time.Time
+	Version    string
 }
 
 type TripViewApplyRow struct {
 	Seen    []string
 	Status  string
 	Settled *string
+	Version string
 }
 
 // Adds one event to its trip: inserts the row (with the status computed
@@ -181,38 +184,47 @@ func (q *Queries) TripViewApply(ctx context.Context, db DBTX, arg TripViewApplyP
 		arg.NewStatus,
 		arg.NewSettled,
 		arg.At,
+		arg.Version,
 	)
 	var i TripViewApplyRow
-	err := row.Scan(&i.Seen, &i.Status, &i.Settled)
+	err := row.Scan(
+		&i.Seen,
+		&i.Status,
+		&i.Settled,
+		&i.Version,
+	)
 	return i, err
 }
 
 const tripViewApplyMany = `-- name: TripViewApplyMany :many
-INSERT INTO trip_view AS v (trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at)
+INSERT INTO trip_view AS v (trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at, version)
 SELECT u.trip_id, string_to_array(u.kinds, ','), u.status, NULLIF(u.settled, ''),
        'trip.requested' = ANY(string_to_array(u.kinds, ',')), 'mail.sent' = ANY(string_to_array(u.kinds, ',')),
-       u.n, u.first_at, u.last_at
+       u.n, u.first_at, u.last_at, u.version
 FROM (SELECT unnest($1::text[]) AS trip_id,
-             unnest($2::text[]) AS kinds,
-             unnest($3::text[]) AS status,
-             unnest($4::text[]) AS settled,
-             unnest($5::int[]) AS n,
-             unnest($6::timestamptz[]) AS first_at,
-             unnest($7::timestamptz[]) AS last_at) AS u
+             unnest($2::text[]) AS version,
+             unnest($3::text[]) AS kinds,
+             unnest($4::text[]) AS status,
+             unnest($5::text[]) AS settled,
+             unnest($6::int[]) AS n,
+             unnest($7::timestamptz[]) AS first_at,
+             unnest($8::timestamptz[]) AS last_at) AS u
 ORDER BY u.trip_id
 ON CONFLICT (trip_id) DO UPDATE
 SET seen = ARRAY(SELECT DISTINCT k FROM unnest(v.seen || EXCLUDED.seen) AS k ORDER BY k),
+    version = CASE WHEN v.version = '' THEN EXCLUDED.version ELSE v.version END,
     requested = v.requested OR EXCLUDED.requested,
     mailed = v.mailed OR EXCLUDED.mailed,
     events = v.events + EXCLUDED.events,
     first_event_at = LEAST(v.first_event_at, EXCLUDED.first_event_at),
     last_event_at = GREATEST(v.last_event_at, EXCLUDED.last_event_at),
     updated_at = now()
-RETURNING trip_id, seen, status, settled
+RETURNING trip_id, seen, status, settled, version
 `
 
 type TripViewApplyManyParams struct {
 	TripIds  []string
+	Versions []string
 	Kinds    []string
 	Statuses []string
 	Settled  []string
@@ -226,6 +238,7 @@ type TripViewApplyManyRow struct {
 	Seen    []string
 	Status  string
 	Settled *string
+	Version string
 }
 
 // Merges a batch's new events into trip_view, one row per trip (the
@@ -236,6 +249,7 @@ type TripViewApplyManyRow struct {
 func (q *Queries) TripViewApplyMany(ctx context.Context, db DBTX, arg TripViewApplyManyParams) ([]TripViewApplyManyRow, error) {
 	rows, err := db.Query(ctx, tripViewApplyMany,
 		arg.TripIds,
+		arg.Versions,
 		arg.Kinds,
 		arg.Statuses,
 		arg.Settled,
@@ -255,6 +269,7 @@ func (q *Queries) TripViewApplyMany(ctx context.Context, db DBTX, arg TripViewAp
 			&i.Seen,
 			&i.Status,
 			&i.Settled,
+			&i.Version,
 		); err != nil {
 			return nil, err
 		}
@@ -319,7 +334,7 @@ func (q *Queries) TripViewDeleteAll(ctx context.Context, db DBTX) (int64, error)
 }
 
 const tripViewGet = `-- name: TripViewGet :one
-SELECT trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at, updated_at, refund_cents FROM trip_view WHERE trip_id = $1
+SELECT trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at, updated_at, refund_cents, version FROM trip_view WHERE trip_id = $1
 `
 
 func (q *Queries) TripViewGet(ctx context.Context, db DBTX, tripID string) (TripView, error) {
@@ -337,12 +352,13 @@ func (q *Queries) TripViewGet(ctx context.Context, db DBTX, tripID string) (Trip
 		&i.LastEventAt,
 		&i.UpdatedAt,
 		&i.RefundCents,
+		&i.Version,
 	)
 	return i, err
 }
 
 const tripViewListAll = `-- name: TripViewListAll :many
-SELECT trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at, updated_at, refund_cents FROM trip_view ORDER BY trip_id
+SELECT trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at, updated_at, refund_cents, version FROM trip_view ORDER BY trip_id
 `
 
 // Every trip, in trip id order (the sweep and replay comparisons).
@@ -367,6 +383,7 @@ func (q *Queries) TripViewListAll(ctx context.Context, db DBTX) ([]TripView, err
 			&i.LastEventAt,
 			&i.UpdatedAt,
 			&i.RefundCents,
+			&i.Version,
 		); err != nil {
 			return nil, err
 		}
@@ -379,7 +396,7 @@ func (q *Queries) TripViewListAll(ctx context.Context, db DBTX) ([]TripView, err
 }
 
 const tripViewListNewest = `-- name: TripViewListNewest :many
-SELECT trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at, updated_at, refund_cents FROM trip_view ORDER BY first_event_at DESC, trip_id DESC LIMIT $1
+SELECT trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at, updated_at, refund_cents, version FROM trip_view ORDER BY first_event_at DESC, trip_id DESC LIMIT $1
 `
 
 func (q *Queries) TripViewListNewest(ctx context.Context, db DBTX, max int32) ([]TripView, error) {
@@ -403,6 +420,7 @@ func (q *Queries) TripViewListNewest(ctx context.Context, db DBTX, max int32) ([
 			&i.LastEventAt,
 			&i.UpdatedAt,
 			&i.RefundCents,
+			&i.Version,
 		); err != nil {
 			return nil, err
 		}

@@ -31,7 +31,7 @@ func (q *Queries) DBClock(ctx context.Context, db DBTX) (DBClockRow, error) {
 }
 
 const stepClaimDue = `-- name: StepClaimDue :many
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call FROM steps
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call, version FROM steps
 WHERE status IN ('pending', 'started', 'unknown', 'compensating')
   AND next_attempt_at <= now()
   AND step = $1
@@ -88,6 +88,7 @@ func (q *Queries) StepClaimDue(ctx context.Context, db DBTX, arg StepClaimDuePar
 			&i.Tracestate,
 			&i.StatusSince,
 			&i.DueAfterCall,
+			&i.Version,
 		); err != nil {
 			return nil, err
 		}
@@ -100,7 +101,7 @@ func (q *Queries) StepClaimDue(ctx context.Context, db DBTX, arg StepClaimDuePar
 }
 
 const stepClaimVerify = `-- name: StepClaimVerify :many
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call FROM steps
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call, version FROM steps
 WHERE verify_at IS NOT NULL AND verify_at <= now() AND step = $1
 ORDER BY verify_at
 LIMIT $2
@@ -150,6 +151,7 @@ func (q *Queries) StepClaimVerify(ctx context.Context, db DBTX, arg StepClaimVer
 			&i.Tracestate,
 			&i.StatusSince,
 			&i.DueAfterCall,
+			&i.Version,
 		); err != nil {
 			return nil, err
 		}
@@ -192,7 +194,7 @@ func (q *Queries) StepCountByStatus(ctx context.Context, db DBTX) ([]StepCountBy
 }
 
 const stepGetByTripAndName = `-- name: StepGetByTripAndName :one
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call FROM steps WHERE trip_id = $1 AND step = $2
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call, version FROM steps WHERE trip_id = $1 AND step = $2
 `
 
 type StepGetByTripAndNameParams struct {
@@ -231,12 +233,13 @@ func (q *Queries) StepGetByTripAndName(ctx context.Context, db DBTX, arg StepGet
 		&i.Tracestate,
 		&i.StatusSince,
 		&i.DueAfterCall,
+		&i.Version,
 	)
 	return i, err
 }
 
 const stepGetForUpdate = `-- name: StepGetForUpdate :one
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call FROM steps WHERE trip_id = $1 AND step = $2 FOR UPDATE
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call, version FROM steps WHERE trip_id = $1 AND step = $2 FOR UPDATE
 `
 
 type StepGetForUpdateParams struct {
@@ -275,16 +278,17 @@ func (q *Queries) StepGetForUpdate(ctx context.Context, db DBTX, arg StepGetForU
 		&i.Tracestate,
 		&i.StatusSince,
 		&i.DueAfterCall,
+		&i.Version,
 	)
 	return i, err
 }
 
 const stepInsertIfAbsent = `-- name: StepInsertIfAbsent :execrows
 INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at,
-                   traceparent, tracestate)
+                   traceparent, tracestate, version)
 VALUES ($1, $2, $3, $4, $5, $6, 'pending',
         now() + make_interval(secs => $7::float8 / 1000),
-        $8::text, $9::text)
+        $8::text, $9::text, $10)
 ON CONFLICT (trip_id, step) DO NOTHING
 `
 
@@ -298,6 +302,7 @@ type StepInsertIfAbsentParams struct {
 	DeadlineMs     float64
 	Traceparent    *string
 	Tracestate     *string
+	Version        string
 }
 
 // Records a step to do, from its trigger event. A row that already exists
@@ -315,6 +320,7 @@ func (q *Queries) StepInsertIfAbsent(ctx context.Context, db DBTX, arg StepInser
 		arg.DeadlineMs,
 		arg.Traceparent,
 		arg.Tracestate,
+		arg.Version,
 	)
 	if err != nil {
 		return 0, err
@@ -324,13 +330,13 @@ func (q *Queries) StepInsertIfAbsent(ctx context.Context, db DBTX, arg StepInser
 
 const stepInsertStarted = `-- name: StepInsertStarted :one
 INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at,
-                   attempts, started_at, next_attempt_at, owner, traceparent, tracestate)
+                   attempts, started_at, next_attempt_at, owner, traceparent, tracestate, version)
 VALUES ($1, $2, $3, $4, $5, $6, 'started',
         now() + make_interval(secs => $7::float8 / 1000),
         1, now(), now() + make_interval(secs => $8::float8 / 1000),
-        $9::int, $10::text, $11::text)
+        $9::int, $10::text, $11::text, $12)
 ON CONFLICT (trip_id, step) DO NOTHING
-RETURNING trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call
+RETURNING trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call, version
 `
 
 type StepInsertStartedParams struct {
@@ -345,6 +351,7 @@ type StepInsertStartedParams struct {
 	Owner          *int32
 	Traceparent    *string
 	Tracestate     *string
+	Version        string
 }
 
 // Records a step from its trigger event as already started (attempt 1,
@@ -366,6 +373,7 @@ func (q *Queries) StepInsertStarted(ctx context.Context, db DBTX, arg StepInsert
 		arg.Owner,
 		arg.Traceparent,
 		arg.Tracestate,
+		arg.Version,
 	)
 	var i Step
 	err := row.Scan(
@@ -396,15 +404,16 @@ func (q *Queries) StepInsertStarted(ctx context.Context, db DBTX, arg StepInsert
 		&i.Tracestate,
 		&i.StatusSince,
 		&i.DueAfterCall,
+		&i.Version,
 	)
 	return i, err
 }
 
 const stepInsertVoided = `-- name: StepInsertVoided :execrows
 INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause,
-                   deadline_at, finished_at, undone_at, outcome)
+                   deadline_at, finished_at, undone_at, outcome, version)
 VALUES ($1, $2, $3, '{}', '', '{}', 'voided', 'compensation',
-        now(), now(), now(), 'undo arrived before the step')
+        now(), now(), now(), 'undo arrived before the step', $4)
 ON CONFLICT (trip_id, step) DO NOTHING
 `
 
@@ -412,12 +421,18 @@ type StepInsertVoidedParams struct {
 	TripID         string
 	Step           string
 	IdempotencyKey string
+	Version        string
 }
 
 // The dtm "barrier": an undo that arrives before its forward step leaves a
 // voided row, so the forward step, if it comes later, never runs.
 func (q *Queries) StepInsertVoided(ctx context.Context, db DBTX, arg StepInsertVoidedParams) (int64, error) {
-	result, err := db.Exec(ctx, stepInsertVoided, arg.TripID, arg.Step, arg.IdempotencyKey)
+	result, err := db.Exec(ctx, stepInsertVoided,
+		arg.TripID,
+		arg.Step,
+		arg.IdempotencyKey,
+		arg.Version,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -425,7 +440,7 @@ func (q *Queries) StepInsertVoided(ctx context.Context, db DBTX, arg StepInsertV
 }
 
 const stepListByTrip = `-- name: StepListByTrip :many
-SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call FROM steps WHERE trip_id = $1 ORDER BY created_at
+SELECT trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause, company_ref, outcome, reason, attempts, undo_attempts, next_attempt_at, deadline_at, verify_at, last_error, created_at, started_at, finished_at, undone_at, updated_at, owner, traceparent, tracestate, status_since, due_after_call, version FROM steps WHERE trip_id = $1 ORDER BY created_at
 `
 
 func (q *Queries) StepListByTrip(ctx context.Context, db DBTX, tripID string) ([]Step, error) {
@@ -465,6 +480,7 @@ func (q *Queries) StepListByTrip(ctx context.Context, db DBTX, tripID string) ([
 			&i.Tracestate,
 			&i.StatusSince,
 			&i.DueAfterCall,
+			&i.Version,
 		); err != nil {
 			return nil, err
 		}

@@ -2,18 +2,19 @@
 -- Adds one event to its trip: inserts the row (with the status computed
 -- for the new trip) or merges the kind into seen. The row stays locked
 -- until the transaction ends, so events of one trip apply one at a time.
-INSERT INTO trip_view AS v (trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at)
+INSERT INTO trip_view AS v (trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at, version)
 VALUES (@trip_id, ARRAY[@kind::text], @new_status, sqlc.narg(new_settled)::text,
-        @kind::text = 'trip.requested', @kind::text = 'mail.sent', 1, @at, @at)
+        @kind::text = 'trip.requested', @kind::text = 'mail.sent', 1, @at, @at, @version::text)
 ON CONFLICT (trip_id) DO UPDATE
 SET seen = ARRAY(SELECT DISTINCT k FROM unnest(v.seen || EXCLUDED.seen) AS k ORDER BY k),
+    version = CASE WHEN v.version = '' THEN EXCLUDED.version ELSE v.version END,
     requested = v.requested OR EXCLUDED.requested,
     mailed = v.mailed OR EXCLUDED.mailed,
     events = v.events + 1,
     first_event_at = LEAST(v.first_event_at, EXCLUDED.first_event_at),
     last_event_at = GREATEST(v.last_event_at, EXCLUDED.last_event_at),
     updated_at = now()
-RETURNING seen, status, settled;
+RETURNING seen, status, settled, version;
 
 -- name: TripViewSetStatus :exec
 UPDATE trip_view SET status = @status, settled = sqlc.narg(settled)::text, updated_at = now()
@@ -97,11 +98,12 @@ RETURNING source, event_id;
 -- settled what they make for a new trip, settled "" for NULL), in one
 -- statement, in trip id order; returns each trip's merged row for the
 -- status check.
-INSERT INTO trip_view AS v (trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at)
+INSERT INTO trip_view AS v (trip_id, seen, status, settled, requested, mailed, events, first_event_at, last_event_at, version)
 SELECT u.trip_id, string_to_array(u.kinds, ','), u.status, NULLIF(u.settled, ''),
        'trip.requested' = ANY(string_to_array(u.kinds, ',')), 'mail.sent' = ANY(string_to_array(u.kinds, ',')),
-       u.n, u.first_at, u.last_at
+       u.n, u.first_at, u.last_at, u.version
 FROM (SELECT unnest(@trip_ids::text[]) AS trip_id,
+             unnest(@versions::text[]) AS version,
              unnest(@kinds::text[]) AS kinds,
              unnest(@statuses::text[]) AS status,
              unnest(@settled::text[]) AS settled,
@@ -111,13 +113,14 @@ FROM (SELECT unnest(@trip_ids::text[]) AS trip_id,
 ORDER BY u.trip_id
 ON CONFLICT (trip_id) DO UPDATE
 SET seen = ARRAY(SELECT DISTINCT k FROM unnest(v.seen || EXCLUDED.seen) AS k ORDER BY k),
+    version = CASE WHEN v.version = '' THEN EXCLUDED.version ELSE v.version END,
     requested = v.requested OR EXCLUDED.requested,
     mailed = v.mailed OR EXCLUDED.mailed,
     events = v.events + EXCLUDED.events,
     first_event_at = LEAST(v.first_event_at, EXCLUDED.first_event_at),
     last_event_at = GREATEST(v.last_event_at, EXCLUDED.last_event_at),
     updated_at = now()
-RETURNING trip_id, seen, status, settled;
+RETURNING trip_id, seen, status, settled, version;
 
 -- name: TripViewSetRefund :exec
 -- Records what a traveler's cancellation of the trip refunds (from its

@@ -4,10 +4,10 @@
 -- is left alone. The deadline is deadline_ms (milliseconds) after the
 -- database's now(): every time of the step log is the database's clock.
 INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at,
-                   traceparent, tracestate)
+                   traceparent, tracestate, version)
 VALUES (@trip_id, @step, @idempotency_key, @request, @fingerprint, @trip, 'pending',
         now() + make_interval(secs => sqlc.arg(deadline_ms)::float8 / 1000),
-        sqlc.narg(traceparent)::text, sqlc.narg(tracestate)::text)
+        sqlc.narg(traceparent)::text, sqlc.narg(tracestate)::text, @version)
 ON CONFLICT (trip_id, step) DO NOTHING;
 
 -- name: StepInsertStarted :one
@@ -18,11 +18,11 @@ ON CONFLICT (trip_id, step) DO NOTHING;
 -- returned). Deadline and lease are deadline_ms and lease_ms
 -- (milliseconds) after the database's now().
 INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, deadline_at,
-                   attempts, started_at, next_attempt_at, owner, traceparent, tracestate)
+                   attempts, started_at, next_attempt_at, owner, traceparent, tracestate, version)
 VALUES (@trip_id, @step, @idempotency_key, @request, @fingerprint, @trip, 'started',
         now() + make_interval(secs => sqlc.arg(deadline_ms)::float8 / 1000),
         1, now(), now() + make_interval(secs => sqlc.arg(lease_ms)::float8 / 1000),
-        sqlc.narg(owner)::int, sqlc.narg(traceparent)::text, sqlc.narg(tracestate)::text)
+        sqlc.narg(owner)::int, sqlc.narg(traceparent)::text, sqlc.narg(tracestate)::text, @version)
 ON CONFLICT (trip_id, step) DO NOTHING
 RETURNING *;
 
@@ -30,9 +30,9 @@ RETURNING *;
 -- The dtm "barrier": an undo that arrives before its forward step leaves a
 -- voided row, so the forward step, if it comes later, never runs.
 INSERT INTO steps (trip_id, step, idempotency_key, request, fingerprint, trip, status, undo_cause,
-                   deadline_at, finished_at, undone_at, outcome)
+                   deadline_at, finished_at, undone_at, outcome, version)
 VALUES (@trip_id, @step, @idempotency_key, '{}', '', '{}', 'voided', 'compensation',
-        now(), now(), now(), 'undo arrived before the step')
+        now(), now(), now(), 'undo arrived before the step', @version)
 ON CONFLICT (trip_id, step) DO NOTHING;
 
 -- name: StepGetByTripAndName :one

@@ -1,7 +1,7 @@
 -- name: TripInsert :one
 -- No row comes back when a trip with the same idempotency key exists.
-INSERT INTO trips (trip_id, idempotency_key, fingerprint, request, status)
-VALUES (@trip_id, @idempotency_key, @fingerprint, @request, 'pending')
+INSERT INTO trips (trip_id, idempotency_key, fingerprint, request, status, version)
+VALUES (@trip_id, @idempotency_key, @fingerprint, @request, 'pending', @version)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING *;
 

@@ -13,7 +13,7 @@ import (
 )
 
 const tripGetForUpdate = `-- name: TripGetForUpdate :one
-SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since FROM trips WHERE trip_id = $1 FOR UPDATE
+SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since, version FROM trips WHERE trip_id = $1 FOR UPDATE
 `
 
 func (q *Queries) TripGetForUpdate(ctx context.Context, db DBTX, tripID string) (Trip, error) {
@@ -38,6 +38,7 @@ func (q *Queries) TripGetForUpdate(ctx context.Context, db DBTX, tripID string) 
 		&i.RefundCents,
 		&i.CanceledAt,
 		&i.CancelingSince,
+		&i.Version,
 	)
 	return i, err
 }
@@ -48,7 +49,7 @@ SET status = 'canceling_by_traveler', cancel_key = $1, cancel_requested_at = $2,
     cancel_band = $3, charged_cents = $4, fee_cents = $5,
     refund_cents = $6, updated_at = now()
 WHERE trip_id = $7 AND status = 'confirmed'
-RETURNING trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since
+RETURNING trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since, version
 `
 
 type TripRequestCancellationParams struct {
@@ -94,6 +95,7 @@ func (q *Queries) TripRequestCancellation(ctx context.Context, db DBTX, arg Trip
 		&i.RefundCents,
 		&i.CanceledAt,
 		&i.CancelingSince,
+		&i.Version,
 	)
 	return i, err
 }

@@ -37,7 +37,7 @@ func (q *Queries) TripMailKeys(ctx context.Context, db DBTX, tripID string) ([]s
 }
 
 const tripNoticeDue = `-- name: TripNoticeDue :many
-SELECT t.trip_id, t.idempotency_key, t.fingerprint, t.request, t.status, t.reason, t.seen, t.created_at, t.updated_at, t.settled_at, t.cancel_key, t.cancel_requested_at, t.cancel_band, t.charged_cents, t.fee_cents, t.refund_cents, t.canceled_at, t.canceling_since FROM trips t
+SELECT t.trip_id, t.idempotency_key, t.fingerprint, t.request, t.status, t.reason, t.seen, t.created_at, t.updated_at, t.settled_at, t.cancel_key, t.cancel_requested_at, t.cancel_band, t.charged_cents, t.fee_cents, t.refund_cents, t.canceled_at, t.canceling_since, t.version FROM trips t
 WHERE t.status = 'canceling'
   AND t.canceling_since <= now() - make_interval(secs => $1::float8 / 1000)
   AND NOT EXISTS (SELECT 1 FROM steps s WHERE s.trip_id = t.trip_id AND s.step = 'notice_mail')
@@ -84,6 +84,7 @@ func (q *Queries) TripNoticeDue(ctx context.Context, db DBTX, arg TripNoticeDueP
 			&i.RefundCents,
 			&i.CanceledAt,
 			&i.CancelingSince,
+			&i.Version,
 		); err != nil {
 			return nil, err
 		}

@@ -114,6 +114,7 @@ type Step struct {
 	Tracestate     *string
 	StatusSince    time.Time
 	DueAfterCall   bool
+	Version        string
 }
 
 type Trip struct {
@@ -135,6 +136,7 @@ type Trip struct {
 	RefundCents       pgtype.Int8
 	CanceledAt        *time.Time
 	CancelingSince    *time.Time
+	Version           string
 }
 
 type TripPause struct {

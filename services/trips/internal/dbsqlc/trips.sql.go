@@ -11,7 +11,7 @@ import (
 )
 
 const tripGet = `-- name: TripGet :one
-SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since FROM trips WHERE trip_id = $1
+SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since, version FROM trips WHERE trip_id = $1
 `
 
 func (q *Queries) TripGet(ctx context.Context, db DBTX, tripID string) (Trip, error) {
@@ -36,12 +36,13 @@ func (q *Queries) TripGet(ctx context.Context, db DBTX, tripID string) (Trip, er
 		&i.RefundCents,
 		&i.CanceledAt,
 		&i.CancelingSince,
+		&i.Version,
 	)
 	return i, err
 }
 
 const tripGetByIdempotencyKey = `-- name: TripGetByIdempotencyKey :one
-SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since FROM trips WHERE idempotency_key = $1
+SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since, version FROM trips WHERE idempotency_key = $1
 `
 
 func (q *Queries) TripGetByIdempotencyKey(ctx context.Context, db DBTX, idempotencyKey *string) (Trip, error) {
@@ -66,15 +67,16 @@ func (q *Queries) TripGetByIdempotencyKey(ctx context.Context, db DBTX, idempote
 		&i.RefundCents,
 		&i.CanceledAt,
 		&i.CancelingSince,
+		&i.Version,
 	)
 	return i, err
 }
 
 const tripInsert = `-- name: TripInsert :one
-INSERT INTO trips (trip_id, idempotency_key, fingerprint, request, status)
-VALUES ($1, $2, $3, $4, 'pending')
+INSERT INTO trips (trip_id, idempotency_key, fingerprint, request, status, version)
+VALUES ($1, $2, $3, $4, 'pending', $5)
 ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since
+RETURNING trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since, version
 `
 
 type TripInsertParams struct {
@@ -82,6 +84,7 @@ type TripInsertParams struct {
 	IdempotencyKey *string
 	Fingerprint    string
 	Request        []byte
+	Version        string
 }
 
 // No row comes back when a trip with the same idempotency key exists.
@@ -91,6 +94,7 @@ func (q *Queries) TripInsert(ctx context.Context, db DBTX, arg TripInsertParams)
 		arg.IdempotencyKey,
 		arg.Fingerprint,
 		arg.Request,
+		arg.Version,
 	)
 	var i Trip
 	err := row.Scan(
@@ -112,12 +116,13 @@ func (q *Queries) TripInsert(ctx context.Context, db DBTX, arg TripInsertParams)
 		&i.RefundCents,
 		&i.CanceledAt,
 		&i.CancelingSince,
+		&i.Version,
 	)
 	return i, err
 }
 
 const tripList = `-- name: TripList :many
-SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since FROM trips
+SELECT trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since, version FROM trips
 WHERE ($1::text IS NULL OR status = $1::text)
   AND ($2::text IS NULL OR trip_id < $2::text)
 ORDER BY trip_id DESC
@@ -159,6 +164,7 @@ func (q *Queries) TripList(ctx context.Context, db DBTX, arg TripListParams) ([]
 			&i.RefundCents,
 			&i.CanceledAt,
 			&i.CancelingSince,
+			&i.Version,
 		); err != nil {
 			return nil, err
 		}
@@ -195,7 +201,7 @@ SET seen = CASE WHEN $1::text = ANY(seen) THEN seen ELSE seen || $1::text END,
     reason = coalesce(reason, $2::text),
     updated_at = now()
 WHERE trip_id = $3
-RETURNING trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since
+RETURNING trip_id, idempotency_key, fingerprint, request, status, reason, seen, created_at, updated_at, settled_at, cancel_key, cancel_requested_at, cancel_band, charged_cents, fee_cents, refund_cents, canceled_at, canceling_since, version
 `
 
 type TripSeeEventParams struct {
@@ -230,6 +236,7 @@ func (q *Queries) TripSeeEvent(ctx context.Context, db DBTX, arg TripSeeEventPar
 		&i.RefundCents,
 		&i.CanceledAt,
 		&i.CancelingSince,
+		&i.Version,
 	)
 	return i, err
 }
