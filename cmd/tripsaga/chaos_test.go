@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/events"
 )
 
 // A --steps the catalogue refuses stops the run before anything starts,
 // naming the flag and why.
 func TestChaosRefusesBadSteps(t *testing.T) {
-	o := chaosOptions{duration: time.Minute, rate: 5, replicas: 1, faults: "kill", dir: t.TempDir()}
+	o := chaosOptions{duration: time.Minute, rate: 5, replicas: 1, faults: "kill", dir: t.TempDir(), dupWindow: events.DuplicateWindow}
 	for steps, want := range map[string]string{
 		"hotel,payment,car,insurance": "compensable step insurance comes after the pivot car",
 		"hotel,payment,boat":          "boat",
