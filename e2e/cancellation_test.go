@@ -162,7 +162,6 @@ func (g *cancelRig) cancel(t *testing.T, id, key string) (int, map[string]any) {
 // refusals (a pending or canceled trip, no key, another key, an unknown
 // trip) are checked on the same stack.
 func TestCancellationFaults(t *testing.T) {
-	t.Parallel() // its own stack: beside the other such tests, after those of the shared one
 	require.NotEmpty(t, bin, "TestMain builds the binary")
 	dir := t.TempDir()
 	require.NoError(t, os.Chmod(dir, 0o711))

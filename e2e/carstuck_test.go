@@ -36,7 +36,6 @@ import (
 // record settles the cancel undone: car.failed is published, the trip is
 // canceled, empty by the companies' records, with one mail.
 func TestUnwindGoesOnPastTheCarsStuckCancel(t *testing.T) {
-	t.Parallel() // its own stack: beside the other such tests, after those of the shared one
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "tripsaga-e2e-carstuck-")
 	require.NoError(t, err)

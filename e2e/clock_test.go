@@ -45,7 +45,6 @@ const refundFailsFor = 10 * time.Second
 // Idempotency-Key in flight at any company (GET <company>/_stats); and
 // the operator's retries found the refund in flight and left it alone.
 func TestOneClock(t *testing.T) {
-	t.Parallel() // its own stack: beside the other such tests, after those of the shared one
 	testenv.Faketime(t)
 	for _, tc := range []struct {
 		name    string

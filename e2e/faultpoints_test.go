@@ -327,7 +327,6 @@ func marker(path string) map[string]string {
 // same trips; a run with STEPS=hotel,payment,car leaves the insurance rows
 // out.
 func TestFaultPoints(t *testing.T) {
-	t.Parallel() // its own stack: beside the other such tests, after those of the shared one
 	require.NotEmpty(t, bin, "TestMain builds the binary")
 	dir := t.TempDir()
 	require.NoError(t, os.Chmod(dir, 0o711))

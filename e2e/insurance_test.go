@@ -24,7 +24,6 @@ import (
 // nothing charged. Skipped when the whole suite already runs with four
 // steps (STEPS in the environment).
 func TestSituationsWithInsurance(t *testing.T) {
-	t.Parallel() // its own stack: beside the other such tests, after those of the shared one
 	require.NotEmpty(t, bin, "TestMain builds the binary")
 	if demo.InsuranceOn() {
 		t.Skip("STEPS names insurance: TestSituations runs every situation with four steps")

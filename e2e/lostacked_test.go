@@ -33,7 +33,6 @@ const lostWindow = 3 * time.Second
 // counts and logs it; every trip ends whole, with one charge line and one
 // mail (the consumers' inboxes drop the copies of what they had handled).
 func TestAcknowledgedEventsTheStreamLost(t *testing.T) {
-	t.Parallel() // its own stack: beside the other such tests, after those of the shared one
 	require.NotEmpty(t, bin, "TestMain builds the binary")
 	dir := t.TempDir()
 	require.NoError(t, os.Chmod(dir, 0o711))

@@ -29,7 +29,6 @@ import (
 // consumer that parked it (and parked again there, as it still cannot be
 // decoded).
 func TestOperatorCommandsEndToEnd(t *testing.T) {
-	t.Parallel() // its own stack: beside the other such tests, after those of the shared one
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "tripsaga-e2e-op-")
 	require.NoError(t, err)

@@ -38,7 +38,6 @@ import (
 // records, with one mail. A second settle of the step is refused (409),
 // and publishes nothing.
 func TestSettleAForwardStepDone(t *testing.T) {
-	t.Parallel() // its own stack: beside the other such tests, after those of the shared one
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "tripsaga-e2e-settle-")
 	require.NoError(t, err)

@@ -43,7 +43,6 @@ import (
 //     undo_leak gets its traveler exactly one correction
 //     (T:mail:correction), and a second repair of it none more.
 func TestTravelerMails(t *testing.T) {
-	t.Parallel() // its own stack: beside the other such tests, after those of the shared one
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "tripsaga-e2e-mails-")
 	require.NoError(t, err)

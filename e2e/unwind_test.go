@@ -33,7 +33,6 @@ import (
 // a second settle and a settle of the released hotel are refused), the
 // second by the card processor coming back.
 func TestUnwindGoesOnPastAStuckUndo(t *testing.T) {
-	t.Parallel() // its own stack: beside the other such tests, after those of the shared one
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "tripsaga-e2e-unwind-")
 	require.NoError(t, err)

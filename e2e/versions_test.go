@@ -43,7 +43,6 @@ type booked struct {
 // at its POST. The insurance service keeps running throughout (with
 // STEPS off it still finishes the insured trips in flight).
 func TestChangingTheStepsUnderLoad(t *testing.T) {
-	t.Parallel() // its own stack: beside the other such tests, after those of the shared one
 	require.NotEmpty(t, bin, "TestMain builds the binary")
 	const (
 		insured = "hotel,insurance,payment,car"
