@@ -429,7 +429,14 @@ func (in *Inbox) Run(ctx context.Context) error {
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		in.cfg.Logger.Warn("inbox: the stream does not exist yet (its service creates it at start, or tripsaga streams apply); consuming once it appears",
 			"consumer", in.cfg.Name, "stream", in.cfg.Stream)
-		for delay := 200 * time.Millisecond; errors.Is(err, jetstream.ErrStreamNotFound); delay = min(2*delay, StreamWaitMax) {
+		// While it waits (for as long as the stream's service is not run:
+		// the INSURANCE stream of a system without insurance, say), a
+		// failure to reach PostgreSQL or NATS is one more reason to ask
+		// again, never one to end the process.
+		for delay := 200 * time.Millisecond; err != nil; delay = min(2*delay, StreamWaitMax) {
+			if !errors.Is(err, jetstream.ErrStreamNotFound) {
+				in.cfg.Logger.Warn("inbox: waiting for the stream: cannot ask now; asking again", "consumer", in.cfg.Name, "stream", in.cfg.Stream, "err", err)
+			}
 			select {
 			case <-ctx.Done():
 				return nil

@@ -62,6 +62,17 @@ func TestPartitionOfOneReplica(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(s.Stop)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, name := range []string{"hotel-2", "payment-2", "car-2"} {
+				b, _ := os.ReadFile(s.LogPath(name))
+				if len(b) > 4000 {
+					b = b[len(b)-4000:]
+				}
+				t.Logf("==== %s log (tail)\n%s", name, b)
+			}
+		}
+	})
 
 	var want []string
 	for _, p := range Services {
