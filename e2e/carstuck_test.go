@@ -7,18 +7,15 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"encoding/json"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/internal/demo"
-	"github.com/tripsaga/tripsaga/internal/stack"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/reconciler"
 	"github.com/tripsaga/tripsaga/sim"
@@ -37,24 +34,10 @@ import (
 // canceled, empty by the companies' records, with one mail.
 func TestUnwindGoesOnPastTheCarsStuckCancel(t *testing.T) {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "tripsaga-e2e-carstuck-")
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the stack's folder and logs are kept in %s", dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
-	require.NoError(t, os.Chmod(dir, 0o711))
 	const token = "tok-carstuck"
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	s, err := stack.Start(sctx, stack.Config{Dir: filepath.Join(dir, "stack"), Binary: bin, Env: []string{
-		reconciler.OperatorTokenEnv + "=" + token, "INCIDENT_AFTER=3", "UNDO_BACKOFF_MAX_MS=1000", "STEP_DEADLINE_MS=4000",
-	}})
-	require.NoError(t, err)
-	t.Cleanup(s.Stop)
+	s := ownStack(t, "carstuck",
+		reconciler.OperatorTokenEnv+"="+token, "INCIDENT_AFTER=3", "UNDO_BACKOFF_MAX_MS=1000", "STEP_DEADLINE_MS=4000",
+	)
 	cli := func(args ...string) (string, error) {
 		cmd := exec.Command(bin, args...)
 		cmd.Env = append(os.Environ(), reconciler.OperatorTokenEnv+"="+token)

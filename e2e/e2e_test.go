@@ -78,6 +78,30 @@ func run(m *testing.M) int {
 // demo's situations (one of them ends with an operator's settle).
 const e2eToken = "tok-e2e-situations"
 
+// ownStack starts a whole system of its own for one test, in a new temp
+// folder (kept, and named in the log, when the test fails), with env
+// added to every child's environment, and stops it when the test ends.
+func ownStack(t *testing.T, prefix string, env ...string) *stack.Stack {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "tripsaga-e2e-"+prefix+"-")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the stack's folder and logs are kept in %s", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	// Searchable, so the postgres OS user (run as root) reaches its cluster.
+	require.NoError(t, os.Chmod(dir, 0o711))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := stack.Start(ctx, stack.Config{Dir: filepath.Join(dir, "stack"), Binary: bin, Env: env})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+	return s
+}
+
 func env() *demo.Env { return envOf(sys, demo.InsuranceOn()) }
 
 // envOf points the demo at the stack s; insured: s runs the insurance step

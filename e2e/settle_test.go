@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +19,6 @@ import (
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/demo"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
-	"github.com/tripsaga/tripsaga/internal/stack"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/reconciler"
 	"github.com/tripsaga/tripsaga/sim"
@@ -39,25 +37,11 @@ import (
 // and publishes nothing.
 func TestSettleAForwardStepDone(t *testing.T) {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "tripsaga-e2e-settle-")
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the stack's folder and logs are kept in %s", dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
-	require.NoError(t, os.Chmod(dir, 0o711))
 	const token = "tok-settle"
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	s, err := stack.Start(sctx, stack.Config{Dir: filepath.Join(dir, "stack"), Binary: bin, Env: []string{
-		reconciler.OperatorTokenEnv + "=" + token,
+	s := ownStack(t, "settle",
+		reconciler.OperatorTokenEnv+"="+token,
 		"STEP_DEADLINE_MS=600000", // unknown for the whole test, never undone at its deadline
-	}})
-	require.NoError(t, err)
-	t.Cleanup(s.Stop)
+	)
 	cli := func(args ...string) (string, error) {
 		cmd := exec.Command(bin, args...)
 		cmd.Env = append(os.Environ(), reconciler.OperatorTokenEnv+"="+token)

@@ -8,15 +8,12 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tripsaga/tripsaga/internal/stack"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/reconciler"
 	"github.com/tripsaga/tripsaga/sim"
@@ -34,17 +31,9 @@ import (
 // second by the card processor coming back.
 func TestUnwindGoesOnPastAStuckUndo(t *testing.T) {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "tripsaga-e2e-unwind-")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	require.NoError(t, os.Chmod(dir, 0o711))
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	s, err := stack.Start(sctx, stack.Config{Dir: filepath.Join(dir, "stack"), Binary: bin, Env: []string{
-		reconciler.OperatorTokenEnv + "=tok-unwind", "INCIDENT_AFTER=3", "UNDO_BACKOFF_MAX_MS=1000",
-	}})
-	require.NoError(t, err)
-	t.Cleanup(s.Stop)
+	s := ownStack(t, "unwind",
+		reconciler.OperatorTokenEnv+"=tok-unwind", "INCIDENT_AFTER=3", "UNDO_BACKOFF_MAX_MS=1000",
+	)
 	cli := func(args ...string) (string, error) {
 		cmd := exec.Command(bin, args...)
 		cmd.Env = append(os.Environ(), reconciler.OperatorTokenEnv+"=tok-unwind")
