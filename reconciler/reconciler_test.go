@@ -38,6 +38,22 @@ type bundle struct {
 	companies string // base URL of the simulators: <companies>/hotel ...
 	reg       *prometheus.Registry
 	r         *Reconciler
+
+	mu        sync.Mutex
+	published map[string]uint64 // stream -> highest sequence the test stored on it
+}
+
+// stored notes a PubAck, so that caughtUp waits for the consumer to pass it:
+// a PubAck can reach the publisher before the server counts the message as
+// pending for the stream's consumers (nats-server signals them from its own
+// goroutine), so "nothing pending" alone can be read before the message.
+func (b *bundle) stored(ack *jetstream.PubAck) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.published == nil {
+		b.published = map[string]uint64{}
+	}
+	b.published[ack.Stream] = max(b.published[ack.Stream], ack.Sequence)
 }
 
 // setup migrates a fresh database, starts embedded NATS with the streams
@@ -111,12 +127,14 @@ func (b *bundle) publish(t testing.TB, e event.Event, msgID string) {
 	if msgID == "" {
 		msgID = e.ID()
 	}
-	_, err := b.js.PublishMsg(context.Background(), msgOf(t, e), jetstream.WithMsgID(msgID))
+	ack, err := b.js.PublishMsg(context.Background(), msgOf(t, e), jetstream.WithMsgID(msgID))
 	require.NoError(t, err)
+	b.stored(ack)
 }
 
-// caughtUp reports whether every durable "reconciler" consumer exists and
-// has nothing pending or unacknowledged.
+// caughtUp reports whether every durable "reconciler" consumer exists, has
+// nothing pending or unacknowledged, and has acknowledged every message the
+// test stored on its stream (see stored).
 func (b *bundle) caughtUp() bool {
 	ctx := context.Background()
 	for stream := range events.Selected().Streams(projectionTypes()) {
@@ -126,6 +144,12 @@ func (b *bundle) caughtUp() bool {
 		}
 		i, err := c.Info(ctx)
 		if err != nil || i.NumPending != 0 || i.NumAckPending != 0 {
+			return false
+		}
+		b.mu.Lock()
+		want := b.published[stream]
+		b.mu.Unlock()
+		if i.AckFloor.Stream < want {
 			return false
 		}
 	}
@@ -613,14 +637,24 @@ func (b *bundle) publishScenarioTrips(t testing.TB, prefix string, n int, seed u
 		}
 	}
 	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	futures := make([]jetstream.PubAckFuture, 0, len(all))
 	for _, e := range all {
-		_, err := b.js.PublishMsgAsync(msgOf(t, e), jetstream.WithMsgID(e.ID()))
+		f, err := b.js.PublishMsgAsync(msgOf(t, e), jetstream.WithMsgID(e.ID()))
 		require.NoError(t, err)
+		futures = append(futures, f)
 	}
 	select {
 	case <-b.js.PublishAsyncComplete():
 	case <-time.After(30 * time.Second):
 		t.Fatal("async publish did not complete")
+	}
+	for _, f := range futures {
+		select {
+		case ack := <-f.Ok():
+			b.stored(ack)
+		case err := <-f.Err():
+			t.Fatalf("async publish: %v", err)
+		}
 	}
 	return len(all)
 }
@@ -636,8 +670,9 @@ func TestReplay(t *testing.T) {
 		dup := ev(t, events.HotelHeld, "T-0")
 		b.publish(t, dup, "dup-a")
 		b.publish(t, dup, "dup-b") // the same event stored twice
-		_, err := b.js.PublishMsg(context.Background(), &nats.Msg{Subject: "hotel.held.T-garbage", Data: []byte("garbage"), Header: nats.Header{"ce-id": {"1"}}})
+		ack, err := b.js.PublishMsg(context.Background(), &nats.Msg{Subject: "hotel.held.T-garbage", Data: []byte("garbage"), Header: nats.Header{"ce-id": {"1"}}})
 		require.NoError(t, err)
+		b.stored(ack)
 		testenv.Eventually(t, b.caughtUp, "live projection caught up")
 		live := b.view(t)
 		require.Len(t, live, 60)
