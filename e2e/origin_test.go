@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -35,12 +36,13 @@ func TestAForgedStepEventIsParkedByItsOrigin(t *testing.T) {
 	hjs, err := jetstream.New(hotel)
 	require.NoError(t, err)
 
-	forge := func(trip string, req events.TripRequest) {
+	forge := func(trip string, req events.TripRequest, at time.Time) {
 		t.Helper()
 		e, err := events.New(events.Source("hotel"), events.HotelHeld, trip, events.StepData{
 			TripID: trip, Step: "hotel", IdempotencyKey: trip + ":hotel", CompanyRef: "H-forged", Request: &req,
 		})
 		require.NoError(t, err)
+		e.SetTime(at)
 		h, err := events.EncodeHeaders(e)
 		require.NoError(t, err)
 		// Well-formed in every way, Nats-Msg-Id included, as the
@@ -53,14 +55,17 @@ func TestAForgedStepEventIsParkedByItsOrigin(t *testing.T) {
 		require.NoError(t, err, "the hotel may publish its own events")
 	}
 
-	// A trip nobody asked for.
+	// A trip nobody asked for, stamped an hour ago: past the origin grace
+	// (a missing trip.requested is asked again for the streams' duplicate
+	// window and a minute, in case the TRIPS stream lost it; see
+	// saga.TestOriginLostByItsStream), so parked at once.
 	invented := "T-" + ulid.Make().String()
 	card := "tok_forged_" + invented
 	var req events.TripRequest
 	require.NoError(t, json.Unmarshal([]byte(validTrip), &req))
 	req.Payment.CardToken = card
 	req.Payment.AmountCents = 99999900
-	forge(invented, req)
+	forge(invented, req, time.Now().Add(-time.Hour))
 
 	// A real trip, its amount changed.
 	code, body, _ := post(t, validTrip, map[string]string{"Prefer": "wait=30"})
@@ -69,7 +74,7 @@ func TestAForgedStepEventIsParkedByItsOrigin(t *testing.T) {
 	var changed events.TripRequest
 	require.NoError(t, json.Unmarshal([]byte(validTrip), &changed))
 	changed.Payment.AmountCents = 99999900
-	forge(real, changed)
+	forge(real, changed, time.Now())
 
 	parker := triggeredBy(events.HotelHeld)
 	found := map[string]string{}

@@ -10,7 +10,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tripsaga/tripsaga/events"
@@ -76,15 +78,22 @@ func TripsOrigin(js jetstream.JetStream) OriginFunc {
 	}
 }
 
-// checkOrigin returns nil when trip's trip.requested (read with origin)
-// carries a request equal to req; a wrapped outbox.ErrPermanent naming
-// why not when it is missing or differs; else origin's error.
-func checkOrigin(ctx context.Context, origin OriginFunc, typ, trip string, req events.TripRequest) error {
+// checkOrigin returns nil when the trip.requested (read with origin) of
+// trigger e's trip carries a request equal to req; a wrapped
+// outbox.ErrPermanent naming why not when it differs, or when it is
+// missing and e's time is more than grace ago; a transient error when it
+// is missing within grace (the TRIPS stream may have lost it: see
+// [ServiceConfig.OriginGrace]); else origin's error.
+func checkOrigin(ctx context.Context, origin OriginFunc, e event.Event, grace time.Duration, req events.TripRequest) error {
+	typ, trip := e.Type(), e.Subject()
 	want, err := origin(ctx, trip)
 	if err != nil {
 		return fmt.Errorf("%s of trip %s: origin: %w", typ, trip, err)
 	}
 	if want == nil {
+		if age := time.Since(e.Time()); age < grace {
+			return fmt.Errorf("%s: no trip.requested for %s yet, %s after the event: the TRIPS stream may have lost it and the trips service's outbox publishes it again; asking again until %s after the event", typ, trip, age.Round(time.Millisecond), grace)
+		}
 		return fmt.Errorf("%w: %s: no trip.requested for %s: not a trip the trips service took", outbox.ErrPermanent, typ, trip)
 	}
 	if diff := requestDiff(*want, req); len(diff) > 0 {

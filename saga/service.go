@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/jackc/pgx/v5"
@@ -50,6 +51,25 @@ type ServiceConfig struct {
 	// step of a trip that has no trip.requested. Production sets
 	// [TripsOrigin]; nil checks nothing.
 	Origin OriginFunc
+	// OriginGrace is how long after a trigger event's CloudEvents time a
+	// missing trip.requested is taken as lost by the TRIPS stream rather
+	// than never published: a stream can lose an event it acknowledged
+	// (a power loss before its fsync, a message deleted by hand), and the
+	// trips service's outbox publishes it again once the stream's
+	// duplicate window has passed (outbox verify). Until then the trigger
+	// is retried, not parked; after it, parked (a forged event, or one
+	// whose trip.requested never came back; the inbox's MaxDeliver parks
+	// it too). Defaults to [DefaultOriginGrace].
+	OriginGrace time.Duration
+}
+
+// DefaultOriginGrace returns the streams' duplicate window
+// (events.StreamDuplicateWindow) plus a minute: the time by which the
+// trips service's outbox verify, every 10 s, has published again a
+// trip.requested its stream lost.
+func DefaultOriginGrace() time.Duration {
+	w, _ := events.StreamDuplicateWindow() // a process refuses a bad value at start
+	return w + time.Minute
 }
 
 // ExtraStep is a further step of a service ([ServiceConfig.Extra]):
@@ -83,6 +103,9 @@ type tripEvent struct {
 func NewService(cfg ServiceConfig) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.OriginGrace == 0 {
+		cfg.OriginGrace = DefaultOriginGrace()
 	}
 	step, ok := cfg.Catalogue.Step(cfg.Spec.Name)
 	if !ok {
@@ -272,7 +295,7 @@ func (s *Service) onTrigger(ctx context.Context, tx pgx.Tx, e event.Event, cat e
 	// trip the trips service took, with its request unchanged: a step
 	// service's identity can publish its own events with any content.
 	if s.cfg.Origin != nil && fromStepService(cat, e.Type()) {
-		if err := checkOrigin(ctx, s.cfg.Origin, e.Type(), d.TripID, *d.Request); err != nil {
+		if err := checkOrigin(ctx, s.cfg.Origin, e, s.cfg.OriginGrace, *d.Request); err != nil {
 			return err
 		}
 	}
