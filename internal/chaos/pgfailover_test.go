@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/internal/testenv"
 )
 
 func TestParseFaultsPGFailover(t *testing.T) {
@@ -42,9 +44,7 @@ func TestParseFaultsPGFailover(t *testing.T) {
 // its time until writable. Nothing is timed: the run waits as long as the
 // system takes to settle (within the settle limit).
 func TestChaosPGFailover(t *testing.T) {
-	if _, err := exec.LookPath("pg_autoctl"); err != nil {
-		t.Skip("pg_auto_failover is not installed (apt-get install postgresql-15-auto-failover)")
-	}
+	testenv.PGAutoctl(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "tripsaga")
 	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/tripsaga").CombinedOutput()

@@ -2,7 +2,6 @@ package pgcluster_test
 
 import (
 	"context"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -23,9 +22,7 @@ import (
 // rejoins as the new primary's standby, and a second failover
 // ([HA.FailOver]) goes back to it, every row still there.
 func TestHAFailsOverToTheStandby(t *testing.T) {
-	if _, err := exec.LookPath("pg_autoctl"); err != nil {
-		t.Skip("pg_auto_failover is not installed (apt-get install postgresql-15-auto-failover)")
-	}
+	testenv.PGAutoctl(t)
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

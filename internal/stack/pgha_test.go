@@ -52,9 +52,7 @@ func TestPGHAConfigRefusals(t *testing.T) {
 // itself). The time from the kill
 // until bookings resume is logged, not asserted.
 func TestPGFailoverUnderLoad(t *testing.T) {
-	if _, err := exec.LookPath("pg_autoctl"); err != nil {
-		t.Skip("pg_auto_failover is not installed (apt-get install postgresql-15-auto-failover)")
-	}
+	testenv.PGAutoctl(t)
 	dir := tempDir(t)
 	var log syncBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

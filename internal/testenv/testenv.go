@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -273,6 +274,28 @@ func JetStream(tb testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) 
 		tb.Fatalf("testenv: streams: %v", err)
 	}
 	return srv, nc, js
+}
+
+// RequirePGAutoctlEnv names the environment variable that turns a
+// missing pg_autoctl (pg_auto_failover) from a skip into a failure
+// ([PGAutoctl]); .ci/run sets it.
+const RequirePGAutoctlEnv = "TRIPSAGA_REQUIRE_PG_AUTOCTL"
+
+// PGAutoctl skips the calling test, loudly, when pg_autoctl is not on
+// PATH (the PostgreSQL failover tests need a pg_auto_failover pair), or
+// fails it when $TRIPSAGA_REQUIRE_PG_AUTOCTL is set (CI installs it: there
+// a failover test must run).
+func PGAutoctl(tb testing.TB) {
+	tb.Helper()
+	if _, err := exec.LookPath("pg_autoctl"); err == nil {
+		return
+	}
+	msg := "pg_auto_failover is not installed (no pg_autoctl on PATH): this PostgreSQL failover test cannot run; apt-get install postgresql-15-auto-failover"
+	if os.Getenv(RequirePGAutoctlEnv) != "" {
+		tb.Fatal(msg + " ($" + RequirePGAutoctlEnv + " is set)")
+	}
+	tb.Log("SKIPPED (NOT RUN): " + msg)
+	tb.Skip(msg)
 }
 
 // RequireFaketimeEnv names the environment variable that turns a missing
