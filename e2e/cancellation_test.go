@@ -59,11 +59,13 @@ func cancelRows(urls map[string]string) []cancelRow {
 		{name: "car cancel answer lost by the car firm", company: func(email, _ string) (string, sim.Rule) {
 			return urls["CARS_URL"], sim.Rule{Op: sim.OpCancel, Fault: sim.FaultLoseAnswer, Times: 1, Match: map[string]string{"driver.email": email}}
 		}},
-		{name: "hotel release fails for 6 s: incident, then settled", incident: "traveler_release", company: func(email, _ string) (string, sim.Rule) {
-			return urls["HOTEL_URL"], sim.Rule{Op: sim.OpRelease, Fault: sim.FaultFail, ForMS: 6000, Match: map[string]string{"guest.email": email}}
+		// Counted, not timed, so that a slow machine still makes the
+		// attempts that raise the incident (INCIDENT_AFTER=3).
+		{name: "hotel release fails 4 times: incident, then settled", incident: "traveler_release", company: func(email, _ string) (string, sim.Rule) {
+			return urls["HOTEL_URL"], sim.Rule{Op: sim.OpRelease, Fault: sim.FaultFail, Times: 4, Match: map[string]string{"guest.email": email}}
 		}},
-		{name: "refunds fail for 6 s: incident, then settled", incident: "traveler_refund", company: func(_, card string) (string, sim.Rule) {
-			return urls["PAYMENTS_URL"], sim.Rule{Op: sim.OpRefund, Fault: sim.FaultFail, ForMS: 6000, Match: map[string]string{"card_token": card}}
+		{name: "refunds fail 4 times: incident, then settled", incident: "traveler_refund", company: func(_, card string) (string, sim.Rule) {
+			return urls["PAYMENTS_URL"], sim.Rule{Op: sim.OpRefund, Fault: sim.FaultFail, Times: 4, Match: map[string]string{"card_token": card}}
 		}},
 	}...)
 }

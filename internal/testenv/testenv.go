@@ -17,6 +17,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -212,12 +215,17 @@ func NATSWith(tb testing.TB, mod func(*server.Options)) (*server.Server, *server
 	return s, opts
 }
 
+// EventuallyBound is how long [Eventually] waits at most on a quiet
+// machine.
+const EventuallyBound = 60 * time.Second
+
 // Eventually polls cond every 20 ms until it returns true or the bounded
-// wait (default 30 s) ends, then fails the test with msg. It is a wait for a
-// condition, not a timed assertion: the bound only stops a hung test.
+// wait ends, then fails the test with msg. It is a wait for a condition,
+// not a timed assertion: the bound only stops a hung test, so it grows on
+// a busy machine (see [WaitBound]).
 func Eventually(tb testing.TB, cond func() bool, msg string, args ...any) {
 	tb.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(WaitBound(EventuallyBound))
 	for time.Now().Before(deadline) {
 		if cond() {
 			return
@@ -225,6 +233,28 @@ func Eventually(tb testing.TB, cond func() bool, msg string, args ...any) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	tb.Fatalf("testenv: condition never held: "+msg, args...)
+}
+
+// WaitBound returns d stretched by how busy the machine is now: by the
+// 1-minute load average per CPU (/proc/loadavg, runtime.NumCPU) over 4,
+// between 1 and 5 times d. The same work takes longer while other jobs
+// take the CPUs; a bound meant only to stop a hung test must not fail one
+// that is merely slow.
+func WaitBound(d time.Duration) time.Duration {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return d
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return d
+	}
+	load, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return d
+	}
+	scale := min(max(load/float64(runtime.NumCPU())/4, 1), 5)
+	return time.Duration(float64(d) * scale)
 }
 
 // SchemaPool creates a fresh database (see [Postgres]), applies the
