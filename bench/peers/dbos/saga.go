@@ -145,8 +145,8 @@ func (cs *companies) tripWorkflow(ctx dbos.Context, in TripInput) (TripResult, e
 			dbos.WithStepBaseInterval(100*time.Millisecond), dbos.WithStepMaxInterval(3*time.Second),
 			dbos.WithStepRetryPredicate(func(err error) bool { return errors.Is(err, errUnknown) }))
 		switch {
-		case err != nil && isCanceled(err):
-			return res, err // the workflow resumes on recovery
+		case err != nil && (isCanceled(err) || ctx.Err() != nil):
+			return res, err // canceled or shutting down: the workflow resumes on recovery
 		case err != nil:
 			// Still unknown at the step's deadline: undo it too (an undo of
 			// a key the company never saw changes nothing).
