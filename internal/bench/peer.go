@@ -575,12 +575,16 @@ func auditTrips(ctx context.Context, simURL string, ids []string, status map[str
 			bad("trip %s (%s): hold %s, charge %s, car %s, %d mails", id, st, hold, charge, car, len(mails))
 		}
 	}
-	for c, byTrip := range recs {
-		for id := range byTrip {
+	stray := map[string][]string{} // trip → companies with a record of it
+	for _, c := range slices.Sorted(mapKeys(recs)) {
+		for id := range recs[c] {
 			if !known[id] {
-				bad("%s has a record of trip %s, which the peer never answered", c, id)
+				stray[id] = append(stray[id], c)
 			}
 		}
+	}
+	for _, id := range slices.Sorted(mapKeys(stray)) {
+		bad("%s hold a record of trip %s, which the peer never answered", strings.Join(stray[id], ", "), id)
 	}
 	return a, nil
 }
