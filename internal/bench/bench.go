@@ -402,14 +402,19 @@ func runFull(ctx context.Context, cfg Config, rep *Report) error {
 	rep.PGIdleTransactionsPerS = round(float64(p1.xacts-p0.xacts-(p1.own-p0.own))/c1.at.Sub(c0.at).Seconds(), 1)
 
 	l := newLoader("http://"+info.Addr["trips"], cfg.Progress)
-	err = loadPhases(ctx, cfg, rep, l, &fullMeters{cpu: meter, pg: pm, idleCPU: idleCPU, natsDir: filepath.Join(cfg.Dir, "scratch-nats"), benchURL: benchURL})
-	if err != nil || cfg.Peer == "" {
+	m := &fullMeters{cpu: meter, pg: pm, idleCPU: idleCPU, natsDir: filepath.Join(cfg.Dir, "scratch-nats"), benchURL: benchURL}
+	if err := loadPhases(ctx, cfg, rep, l, m); err != nil {
 		return err
 	}
-	// Our system stops first, so that the peer runs alone on the cluster
-	// and the machine, as ours did.
-	child.stop()
-	return runPeer(ctx, cfg, rep, peerEnv{adminURL: pg.URL, pmPid: pmPid, mon: mconn, bin: peerBin, library: peerLib})
+	if cfg.Peer != "" {
+		// The peer runs right after our trips (the machine's load alike)
+		// and alone: our system stops first.
+		child.stop()
+		if err := runPeer(ctx, cfg, rep, peerEnv{adminURL: pg.URL, pmPid: pmPid, mon: mconn, bin: peerBin, library: peerLib}); err != nil {
+			return err
+		}
+	}
+	return scratchPhases(ctx, cfg, rep, m)
 }
 
 // fullMeters are the meters of a system the bench started.
@@ -445,7 +450,7 @@ func withDB(base, db, user, password string) (string, error) {
 }
 
 // loadPhases runs the closed loops, then the open loops, and, with meters,
-// the per-trip costs, the relay and the rebuild.
+// the per-trip costs.
 func loadPhases(ctx context.Context, cfg Config, rep *Report, l *loader, m *fullMeters) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -521,10 +526,7 @@ func loadPhases(ctx context.Context, cfg Config, rep *Report, l *loader, m *full
 			rep.Settled = rep.Settled && run.Settled
 		}
 	}
-	if m == nil {
-		return nil
-	}
-	return scratchPhases(ctx, cfg, rep, m)
+	return nil
 }
 
 // perTrip fills the per-trip costs from the meters around run.
