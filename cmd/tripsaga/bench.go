@@ -40,6 +40,11 @@ that one run measures:
               and the reconciler's lag
   relay       outbox relay events/s draining --relay-events, and with writers
   rebuild     reconciler rebuild events/s from --rebuild-events and twice that
+  peer        with --peer dbos, then the same trip saga written with DBOS
+              Transact for Go (bench/peers/dbos, built with go build), alone
+              on the same cluster, at the same client counts: trips/s,
+              answer ms, CPU and PostgreSQL per trip beside ours, and every
+              peer trip audited against the companies' records
 
 Every figure is also printed as a ratio to the baselines of the same run.
 With --trips-url it books trips on a running system and measures the trip
@@ -119,6 +124,8 @@ Prefer: wait=60.`,
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of tables")
 	f.StringVar(&saveJSON, "save", "", "also write the JSON object into this file")
 	f.StringVar(&plotDir, "plot", "", "write PNG charts (answer time against offered rate, throughput and answer time over the run) into this folder")
+	f.StringVar(&cfg.Peer, "peer", "", "also measure a peer in the same run, after our figures, at the same --concurrency and --trips, and print both side by side: dbos (bench/peers/dbos, DBOS Transact for Go; needs Go to build it)")
+	f.StringVar(&cfg.PeerDir, "peer-dir", "", "the peer's module folder (default: bench/peers/<peer> in the working folder or above it)")
 	f.StringVar(&dir, "dir", "", "folder for the cluster, NATS stores and logs, kept afterwards (default: a temporary folder, removed)")
 	cmd.AddCommand(benchStackCmd())
 	return cmd

@@ -82,6 +82,14 @@ type Config struct {
 	Progress io.Writer
 	// Logger reports the phases. Defaults to discard.
 	Logger *slog.Logger
+	// Peer, when set (one of [Peers]), also measures that peer in the same
+	// run, after our own figures: the same trip saga written with another
+	// library (bench/peers/<name>, its own Go module, built with go build),
+	// on the same cluster, at the same Concurrency and Trips.
+	Peer string
+	// PeerDir is the peer's module folder; defaults to bench/peers/<Peer>
+	// in the working folder or above it.
+	PeerDir string
 }
 
 // Validate refuses sizes that cannot run; errors wrap [ErrBadFlag].
@@ -110,6 +118,12 @@ func (c Config) Validate() error {
 		if _, err := CheckURL("--trips-url", c.TripsURL); err != nil {
 			return err
 		}
+	}
+	if c.Peer != "" && !slices.Contains(Peers, c.Peer) {
+		return fmt.Errorf("%w: --peer %q: want one of %v", ErrBadFlag, c.Peer, Peers)
+	}
+	if c.Peer != "" && c.TripsURL != "" {
+		return fmt.Errorf("%w: --peer needs the bench's own cluster: not with --trips-url", ErrBadFlag)
 	}
 	return nil
 }
@@ -194,6 +208,9 @@ type Report struct {
 	RebuildTimeRatio float64 `json:"rebuild_time_ratio"`
 	RebuildLinear    bool    `json:"rebuild_linear"`
 
+	// Peer is the peer's figures (--peer), nil without one.
+	Peer *PeerReport `json:"peer,omitempty"`
+
 	Ratios []Ratio `json:"ratios"`
 	// Settled is true when every run's trips were all confirmed and
 	// nothing was left pending.
@@ -269,6 +286,16 @@ func runFull(ctx context.Context, cfg Config, rep *Report) error {
 		return fmt.Errorf("%w: Dir is required", ErrBadFlag)
 	}
 	log := cfg.Logger
+	// Build the peer first: a peer that does not build fails the run
+	// before minutes of measuring.
+	var peerBin, peerLib string
+	if cfg.Peer != "" {
+		log.Info("bench: building the peer", "peer", cfg.Peer)
+		var err error
+		if peerBin, peerLib, err = buildPeer(ctx, cfg, filepath.Join(cfg.Dir, "peer-"+cfg.Peer)); err != nil {
+			return err
+		}
+	}
 	log.Info("bench: starting PostgreSQL (durable, pg_stat_statements)")
 	pgDir := filepath.Join(cfg.Dir, "pg")
 	pg, err := pgcluster.Start(ctx, pgcluster.Config{Dir: pgDir, Durable: true, Settings: map[string]string{
@@ -375,7 +402,19 @@ func runFull(ctx context.Context, cfg Config, rep *Report) error {
 	rep.PGIdleTransactionsPerS = round(float64(p1.xacts-p0.xacts-(p1.own-p0.own))/c1.at.Sub(c0.at).Seconds(), 1)
 
 	l := newLoader("http://"+info.Addr["trips"], cfg.Progress)
-	return loadPhases(ctx, cfg, rep, l, &fullMeters{cpu: meter, pg: pm, idleCPU: idleCPU, natsDir: filepath.Join(cfg.Dir, "scratch-nats"), benchURL: benchURL})
+	m := &fullMeters{cpu: meter, pg: pm, idleCPU: idleCPU, natsDir: filepath.Join(cfg.Dir, "scratch-nats"), benchURL: benchURL}
+	if err := loadPhases(ctx, cfg, rep, l, m); err != nil {
+		return err
+	}
+	if cfg.Peer != "" {
+		// The peer runs right after our trips (the machine's load alike)
+		// and alone: our system stops first.
+		child.stop()
+		if err := runPeer(ctx, cfg, rep, peerEnv{adminURL: pg.URL, pmPid: pmPid, mon: mconn, bin: peerBin, library: peerLib}); err != nil {
+			return err
+		}
+	}
+	return scratchPhases(ctx, cfg, rep, m)
 }
 
 // fullMeters are the meters of a system the bench started.
@@ -411,7 +450,7 @@ func withDB(base, db, user, password string) (string, error) {
 }
 
 // loadPhases runs the closed loops, then the open loops, and, with meters,
-// the per-trip costs, the relay and the rebuild.
+// the per-trip costs.
 func loadPhases(ctx context.Context, cfg Config, rep *Report, l *loader, m *fullMeters) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -487,10 +526,7 @@ func loadPhases(ctx context.Context, cfg Config, rep *Report, l *loader, m *full
 			rep.Settled = rep.Settled && run.Settled
 		}
 	}
-	if m == nil {
-		return nil
-	}
-	return scratchPhases(ctx, cfg, rep, m)
+	return nil
 }
 
 // perTrip fills the per-trip costs from the meters around run.
@@ -673,6 +709,19 @@ func (rep *Report) ratios() {
 	}
 	if rep.ReconcilerLag.P99 > 0 {
 		add("reconciler lag p99 ms at the max", rep.ReconcilerLag.P99, "< 1,000")
+	}
+	// Issue 23's targets against the peer, each ours ÷ the peer's.
+	for _, r := range rep.sideBySide() {
+		target := ""
+		switch {
+		case r.Figure == "trips/s, 32 clients":
+			target = "≥ 1"
+		case r.Figure == "answer p50 ms, 1 clients":
+			target = "≤ 2"
+		case strings.HasPrefix(r.Figure, "answer p99") || strings.HasPrefix(r.Figure, "PostgreSQL statements"):
+			continue
+		}
+		add(r.Figure+": ours ÷ "+rep.Peer.Name+"'s", r.Ratio, target)
 	}
 }
 

@@ -13,9 +13,12 @@ import (
 )
 
 // TestShortBench runs the whole bench at a tiny size (a few seconds, tens
-// of trips, a few hundred events) so the command cannot rot. It asserts
-// that every figure is produced, every trip settled and the charts written;
-// never a speed.
+// of trips, a few hundred events) so the command cannot rot, with the DBOS
+// peer (--peer dbos: built from bench/peers/dbos, run as a process). It
+// asserts that every figure is produced for both systems, every trip
+// settled, every peer trip (a declined card and a sold-out car included)
+// audited whole or empty against the companies' records, and the charts
+// written; never a speed.
 func TestShortBench(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and the whole system")
@@ -33,6 +36,7 @@ func TestShortBench(t *testing.T) {
 		Dir: filepath.Join(dir, "run"), Binary: bin, SimMemory: true,
 		Trips: 30, Concurrency: []int{2, 4}, OpenPercents: []int{50}, OpenSeconds: 1,
 		BaselineASeconds: 0.5, BaselineBSeconds: 0.5, RelayEvents: 300, RebuildEvents: 250,
+		Peer: "dbos", PeerDir: "../../bench/peers/dbos",
 	})
 	if err != nil {
 		t.Fatalf("bench: %v", err)
@@ -81,6 +85,8 @@ func TestShortBench(t *testing.T) {
 		t.Errorf("lag %+v, %d top statements, %v statements without BEGIN/COMMIT", rep.ReconcilerLag, len(rep.TopStatements), rep.PGStatementsPerTripNoTxControl)
 	}
 
+	t.Run("peer", func(t *testing.T) { checkPeer(t, rep) })
+
 	b, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +105,9 @@ func TestShortBench(t *testing.T) {
 	if err := rep.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"fsync=on", "synchronous_commit=on", "records: memory", "baseline A tx/s ÷ trips/s", "every trip confirmed"} {
+	for _, want := range []string{"fsync=on", "synchronous_commit=on", "records: memory", "baseline A tx/s ÷ trips/s", "every trip confirmed",
+		"PEER: dbos (github.com/dbos-inc/dbos-transact-golang v", "TRIPSAGA ÷ DBOS", "trips/s, 4 clients", "CPU ms per trip, outside PostgreSQL",
+		"audit against the companies' records: 70 trips, 60 whole, 10 empty, 0 neither", "trips/s, 2 clients: ours ÷ dbos's"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text lacks %q:\n%s", want, text.String())
 		}
@@ -116,6 +124,64 @@ func TestShortBench(t *testing.T) {
 		fi, err := os.Stat(filepath.Join(dir, "plots", name))
 		if err != nil || fi.Size() == 0 {
 			t.Errorf("chart %s: %v (wrote %v)", name, err, files)
+		}
+	}
+}
+
+// checkPeer asserts the peer's part of a short bench: the same closed
+// loops as ours, all confirmed; its per-trip figures; both rejections
+// canceled; every trip whole or empty in the companies' records; and a
+// side-by-side row with a ratio for every figure.
+func checkPeer(t *testing.T, rep *Report) {
+	pr := rep.Peer
+	if pr == nil {
+		t.Fatal("no peer figures")
+	}
+	if !strings.HasPrefix(pr.Library, "github.com/dbos-inc/dbos-transact-golang v1.") || !pr.Settled {
+		t.Errorf("library %q, settled %v: %v", pr.Library, pr.Settled, pr.Notes)
+	}
+	if len(pr.ClosedLoop) != len(rep.ClosedLoop) {
+		t.Fatalf("peer ran %d closed loops, ours %d", len(pr.ClosedLoop), len(rep.ClosedLoop))
+	}
+	for i, r := range pr.ClosedLoop {
+		if r.Clients != rep.ClosedLoop[i].Clients || r.Trips != rep.ClosedLoop[i].Trips {
+			t.Errorf("peer loop %d: %d clients, %d trips; ours %d, %d", i, r.Clients, r.Trips, rep.ClosedLoop[i].Clients, rep.ClosedLoop[i].Trips)
+		}
+		if !r.Settled || r.Confirmed != r.Trips || len(r.Errors) != 0 || r.AchievedPerS <= 0 || r.Answer.P50 <= 0 || r.Answer.P99 <= 0 {
+			t.Errorf("peer run: %+v", r)
+		}
+	}
+	if pr.TripsPerS <= 0 || pr.PGTransactionsPerTrip <= 0 || pr.PGStatementsPerTrip <= 0 || pr.CPUMSPerTrip <= 0 {
+		t.Errorf("peer per-trip figures: %+v", pr)
+	}
+	procs := map[string]bool{}
+	for _, c := range pr.CPU {
+		procs[c.Process] = c.MSPerTrip > 0
+	}
+	for _, p := range []string{procPeer, procPeerSim, procPostgres} {
+		if !procs[p] {
+			t.Errorf("no peer CPU figure for %s: %+v", p, pr.CPU)
+		}
+	}
+	if len(pr.Rejections) != 2 {
+		t.Fatalf("rejections: %+v", pr.Rejections)
+	}
+	for _, r := range pr.Rejections {
+		if r.Trips != rejectionsPerKind || r.Canceled != r.Trips {
+			t.Errorf("%s: %d of %d canceled with the reason (%v)", r.Kind, r.Canceled, r.Trips, r.Answers)
+		}
+	}
+	// 2 loops of 30 trips confirmed, 10 rejected.
+	if a := pr.Audit; a.Trips != 70 || a.Whole != 60 || a.Empty != 10 || a.Bad != 0 {
+		t.Errorf("audit: %+v", a)
+	}
+	rows := rep.sideBySide()
+	if len(rows) != 2*3+7 {
+		t.Errorf("%d side-by-side rows: %+v", len(rows), rows)
+	}
+	for _, r := range rows {
+		if r.Ours <= 0 || r.Peer <= 0 || r.Ratio <= 0 {
+			t.Errorf("side by side %q: ours %v, peer %v, ratio %v", r.Figure, r.Ours, r.Peer, r.Ratio)
 		}
 	}
 }

@@ -162,6 +162,7 @@ func tripBody(i int64) []byte {
 // result of one request: the trip's id and status, or why there is none.
 type result struct {
 	tripID, status, errReason string
+	reason                    string // the trip's reason, when canceled
 	lat                       time.Duration
 	at                        time.Time
 }
@@ -169,7 +170,12 @@ type result struct {
 // book sends one POST /trips with Prefer: wait=60.
 func (l *loader) book(ctx context.Context) result {
 	i := l.seq.Add(1)
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, l.url+"/trips", bytes.NewReader(tripBody(i)))
+	return l.bookBody(ctx, i, tripBody(i))
+}
+
+// bookBody sends body as trip i of the run.
+func (l *loader) bookBody(ctx context.Context, i int64, body []byte) result {
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, l.url+"/trips", bytes.NewReader(body))
 	if err != nil {
 		return result{errReason: "request: " + err.Error()}
 	}
@@ -185,6 +191,7 @@ func (l *loader) book(ctx context.Context) result {
 	var trip struct {
 		TripID string `json:"trip_id"`
 		Status string `json:"status"`
+		Reason string `json:"reason"`
 	}
 	derr := json.NewDecoder(resp.Body).Decode(&trip)
 	_, _ = io.Copy(io.Discard, resp.Body)
@@ -195,7 +202,7 @@ func (l *loader) book(ctx context.Context) result {
 	case derr != nil || trip.TripID == "":
 		r.errReason = fmt.Sprintf("HTTP %d with an unreadable trip", resp.StatusCode)
 	default:
-		r.tripID, r.status = trip.TripID, trip.Status
+		r.tripID, r.status, r.reason = trip.TripID, trip.Status, trip.Reason
 	}
 	return r
 }

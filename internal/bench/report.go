@@ -103,6 +103,47 @@ func (rep *Report) WriteText(w io.Writer) error {
 		}
 		p("  2n ÷ n time: %.2f (linear enough, ≤ 2.2: %s)\n", rep.RebuildTimeRatio, lin)
 	}
+	if pr := rep.Peer; pr != nil {
+		p("\nPEER: %s (%s, bench/peers/%s), measured after ours in the same run: alone on the same cluster (database %s), company simulators of the same code in their own process, the same warm-up (%d trips) and closed loops\n",
+			pr.Name, pr.Library, pr.Name, peerDB, pr.WarmupTrips)
+		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "  FIGURE\tTRIPSAGA\t%s\tTRIPSAGA ÷ %s\n", strings.ToUpper(pr.Name), strings.ToUpper(pr.Name))
+		for _, r := range rep.sideBySide() {
+			ratio := "-"
+			if r.Ratio > 0 {
+				ratio = num(r.Ratio)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.Figure, num(r.Ours), num(r.Peer), ratio)
+		}
+		_ = tw.Flush()
+		var cs []string
+		for _, c := range pr.CPU {
+			cs = append(cs, fmt.Sprintf("%s %.2f", c.Process, c.MSPerTrip))
+		}
+		p("  %s's CPU ms per trip by process: %s\n", pr.Name, strings.Join(cs, ", "))
+		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  PEER RUN\tTRIPS\tACHIEVED/S\tP50 MS\tP95 MS\tP99 MS\tMAX MS\tANSWERS\tERRORS\tSETTLED")
+		for _, r := range pr.ClosedLoop {
+			settled := "yes"
+			if !r.Settled {
+				settled = "NO: " + r.SettledNote
+			}
+			fmt.Fprintf(tw, "  closed, %d clients\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\n", r.Clients, r.Trips, num(r.AchievedPerS),
+				r.Answer.P50, r.Answer.P95, r.Answer.P99, r.Answer.Max, FormatCounts(r.Answers), FormatCounts(r.Errors), settled)
+		}
+		_ = tw.Flush()
+		for _, r := range pr.Rejections {
+			p("  rejected on purpose, %s: %d of %d trips canceled with that reason (answers: %s)\n", r.Kind, r.Canceled, r.Trips, FormatCounts(r.Answers))
+		}
+		a := pr.Audit
+		p("  audit against the companies' records: %d trips, %d whole, %d empty, %d neither or doubled\n", a.Trips, a.Whole, a.Empty, a.Bad)
+		for _, x := range a.Problems {
+			p("    %s\n", x)
+		}
+		for _, n := range pr.Notes {
+			p("  note: %s\n", n)
+		}
+	}
 	if len(rep.Ratios) > 0 {
 		p("\nRATIOS AND TARGETS (this run)\n")
 		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
