@@ -499,16 +499,16 @@ func TestNATSClusterNodeKilled(t *testing.T) {
 // jsRequestTimeout bounds one JetStream API request of the tests here.
 // The API leaves a request unanswered at times while leaders move ("API
 // requests may time out during leader elections", NATS's JetStream
-// clustering docs) and drops requests past its queue's limit on a loaded
-// server; without a bound of its own a request waits for the whole
-// test's context (the 6-minute guard a CI run once hit listing a
-// stream's consumers). 10 s, not the client's 5 s default, for a server
-// on a machine at load 10 and more.
+// clustering docs); the jetstream client bounds a request by its 5 s
+// default only when the context has no deadline, so without a bound of
+// its own a request waits for the whole test's context (the 6-minute
+// guard a CI run once hit listing a stream's consumers). 10 s, not the
+// client's 5 s, for a server on a machine at load 10 and more.
 const jsRequestTimeout = 10 * time.Second
 
 // jsAPI asks the JetStream API on behalf of a test: each request bounded
 // by jsRequestTimeout, asked again while it fails for a reason that
-// passes (see [jsPasses]), for at most jsAPI.wait in all.
+// passes (see [jsPasses]), for at most jsAPIWait in all.
 type jsAPI struct {
 	t       *testing.T
 	ctx     context.Context
