@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -115,6 +116,10 @@ type LostEvent struct {
 type disruptor struct {
 	nc *nats.Conn
 	js jetstream.JetStream
+	// timeout and wait bound a JetStream API request and its asking
+	// again ([disruptor.request]); zero: apiRequestTimeout and
+	// apiRequestWait.
+	timeout, wait time.Duration
 }
 
 // connectAdmin connects to NATS as the admin identity (Config.NATSURL,
@@ -227,6 +232,41 @@ type apiError struct {
 	} `json:"error"`
 }
 
+// Bounds of a JetStream API request of the disruptions ([disruptor.request]).
+const (
+	// apiRequestTimeout bounds one request: only the leader of a stream
+	// or consumer answers its step-down, and none does while it is being
+	// elected or its node restarts, so an unbounded request (the run's
+	// context has no deadline) waited for ever and stopped every later
+	// disruption of the run.
+	apiRequestTimeout = 10 * time.Second
+	// apiRequestWait bounds the asking again of one request.
+	apiRequestWait = time.Minute
+)
+
+// request sends a JetStream API request and returns its answer, asking
+// again while none comes within apiRequestTimeout (a leader being
+// elected; the JetStream docs: API requests may time out during leader
+// elections) or no server listens yet, for at most apiRequestWait.
+func (d *disruptor) request(ctx context.Context, subject string) (*nats.Msg, error) {
+	timeout, wait := cmp.Or(d.timeout, apiRequestTimeout), cmp.Or(d.wait, apiRequestWait)
+	deadline := time.Now().Add(wait)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		msg, err := d.nc.RequestWithContext(rctx, subject, nil)
+		cancel()
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) ||
+			!(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)) {
+			return msg, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 // stepDown asks a random event stream's leader, or one of its
 // consumers' leaders, to step down.
 func (r *run) stepDown(ctx context.Context) (string, error) {
@@ -251,7 +291,7 @@ func (r *run) stepDown(ctx context.Context) (string, error) {
 			subject, what = "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+c, "consumer "+stream+"/"+c
 		}
 	}
-	msg, err := d.nc.RequestWithContext(ctx, subject, nil)
+	msg, err := d.request(ctx, subject)
 	if err != nil {
 		return what, fmt.Errorf("step-down of %s: %w", what, err)
 	}

@@ -1,12 +1,19 @@
 package chaos
 
 import (
+	"context"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/internal/testenv"
 )
 
 func TestParseDisruptions(t *testing.T) {
@@ -72,4 +79,40 @@ func TestPartitionLogLinesAreRead(t *testing.T) {
 		dead = append(dead, m[1])
 	}
 	require.Equal(t, []string{"7", "8"}, dead)
+}
+
+// TestStepDownRequestAskedAgainUntilAnswered: a JetStream API request of
+// the disruptions that gets no answer (a stream or consumer without a
+// leader while one is elected: only the leader answers its step-down) is
+// asked again until one answers, instead of waiting for ever on the run's
+// context, which has no deadline (it stopped every later disruption of a
+// run); it gives up with an error past its wait.
+func TestStepDownRequestAskedAgainUntilAnswered(t *testing.T) {
+	// No JetStream: the test's own responder is the only one listening.
+	srv, _ := testenv.NATSWith(t, func(o *server.Options) { o.JetStream = false })
+	nc := testenv.Connect(t, srv, natsauth.Admin)
+	const subject = "$JS.API.STREAM.LEADER.STEPDOWN.TRIPS"
+	var asked atomic.Int32
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		if asked.Add(1) < 3 {
+			return // no leader yet: no answer
+		}
+		_ = m.Respond([]byte(`{"type":"io.nats.jetstream.api.v1.stream_leader_stepdown_response","success":true}`))
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	d := &disruptor{nc: nc, timeout: 200 * time.Millisecond, wait: time.Minute}
+	msg, err := d.request(context.Background(), subject) // no deadline, as a run's
+	require.NoError(t, err)
+	require.Contains(t, string(msg.Data), `"success":true`)
+	require.EqualValues(t, 3, asked.Load(), "asked until answered, and not again after")
+
+	require.NoError(t, sub.Unsubscribe())
+	silent, err := nc.Subscribe(subject, func(*nats.Msg) {}) // never answers
+	require.NoError(t, err)
+	defer func() { _ = silent.Unsubscribe() }()
+	require.NoError(t, nc.Flush())
+	d.wait = time.Second
+	_, err = d.request(context.Background(), subject)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "gives up past its wait")
 }
