@@ -172,6 +172,23 @@ func Full() Catalogue { return full() }
 // FullSteps is the order of [Full]'s steps.
 const FullSteps = "hotel,insurance,payment,car"
 
+// FullOrders returns the catalogue of each declared order ([Orders]) with
+// every [Optional] step on, in its usual place (the insurance after the
+// hotel): hotel,insurance,payment,car and hotel,insurance,car,payment.
+// Together they publish every type of [Full]; the AsyncAPI document says
+// from them who publishes and consumes each.
+func FullOrders() []Catalogue {
+	out := []Catalogue{}
+	for _, v := range []string{FullSteps, "hotel,insurance,car,payment"} {
+		c, err := CatalogueOf(v)
+		if err != nil {
+			panic(err) // a declaration error in this file, caught by its test
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
 var full = sync.OnceValue(func() Catalogue { //nolint:gochecknoglobals // built once, read-only
 	c, err := ParseSteps(FullSteps)
 	if err != nil {
