@@ -109,7 +109,7 @@ func env() *demo.Env { return envOf(sys, demo.InsuranceOn()) }
 func envOf(s *stack.Stack, insured bool) *demo.Env {
 	urls := s.CompanyURLs()
 	e := &demo.Env{
-		TripsURL: s.URL("trips"), PaymentURL: s.URL("payment"),
+		TripsURL: s.URL("trips"), PaymentURL: s.URL("payment"), CarURL: s.URL("car"),
 		ReconcilerURL: s.URL("reconciler"), OperatorToken: e2eToken,
 		HotelURL: urls["HOTEL_URL"], PaymentsURL: urls["PAYMENTS_URL"], CarsURL: urls["CARS_URL"], MailURL: urls["MAIL_URL"],
 		Kill: func(ctx context.Context, name string) error {

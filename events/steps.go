@@ -70,6 +70,81 @@ var Optional = []OptionalStep{ //nolint:gochecknoglobals // read-only declaratio
 	},
 }
 
+// Form is what a saga step of [Default] is in an order that gives it the
+// other role than Default's: its compensation when it comes before the
+// pivot, its stuck event when it is the pivot, and the event types that
+// role adds (declared only in an order that uses it).
+type Form struct {
+	// Compensation is the step's undo when it comes before the pivot
+	// (its Trigger is rewired by [Catalogue.WithSteps]); nil: the step
+	// has none there and must be the pivot.
+	Compensation *Compensation
+	// Stuck is the step's stuck event when it is the pivot ([Step.Stuck]:
+	// its undo by key at the deadline raised its incident); "": the step
+	// cannot be the pivot.
+	Stuck string
+	// Types are the event types the role adds ([CarCanceled]).
+	Types []EventType
+}
+
+// Forms declares the roles the steps of [Default] may take besides the
+// one Default gives them: the car may come before the pivot (canceled by
+// key, car.canceled; its stuck event car.cancel_stuck, as when its cancel
+// by key at the deadline is stuck), and the payment may be the pivot (its
+// undo by key at the deadline is the refund by key, stuck as
+// payment.refund_stuck). A step with a Stuck here or in its declaration
+// can be the pivot; the pivot of an order is the last such step it names
+// (see [Catalogue.WithSteps]).
+var Forms = map[string]Form{ //nolint:gochecknoglobals // read-only declaration
+	"car": {
+		Compensation: &Compensation{Name: "cancel", Publishes: []string{CarCanceled}, Stuck: CarCancelStuck},
+		Types: stepTypes("car", StreamCar,
+			CarCanceled, "the booking was canceled by key (compensation, in an order where the car comes before the pivot: charge-last)"),
+	},
+	"payment": {Stuck: PaymentRefundStuck},
+}
+
+// ChargeLast is the charge-last order: the money is the pivot, charged
+// only once the hotel is held and the car booked, so a sold-out car never
+// touches the card (README, Choosing the order).
+const ChargeLast = "hotel,car,payment"
+
+// Orders are the declared orders of [Default]'s own steps: Default's
+// (the charge before the car, the car the pivot) and [ChargeLast]. Each
+// is a trip version with any [Optional] step put anywhere before its
+// pivot ([Versions]): every service is ready for trips of all of them
+// whatever its own STEPS, so the trips service may switch between them
+// and the trips started under one finish under it.
+var Orders = [][]string{{"hotel", "payment", "car"}, {"hotel", "car", "payment"}} //nolint:gochecknoglobals // read-only declaration
+
+// canPivot reports whether step s can be the pivot of an order.
+func canPivot(s Step) bool { return s.Class == Pivot || Forms[s.Name].Stuck != "" }
+
+// asPivot returns s as the pivot: no compensation, its stuck event its
+// own ([Step.Stuck]).
+func asPivot(s Step) Step {
+	if s.Class == Pivot {
+		return s
+	}
+	s.Class, s.Compensation, s.Stuck = Pivot, nil, Forms[s.Name].Stuck
+	return s
+}
+
+// asCompensable returns s before the pivot with its compensation, and
+// false when it has none.
+func asCompensable(s Step) (Step, bool) {
+	if s.Class == Compensable {
+		return s, true
+	}
+	f := Forms[s.Name]
+	if f.Compensation == nil {
+		return s, false
+	}
+	comp := *f.Compensation
+	s.Class, s.Compensation, s.Stuck = Compensable, &comp, ""
+	return s, true
+}
+
 // stepTypes declares the event types of a step service: each type and
 // its description, in pairs, published by service on stream with data
 // [StepData].
@@ -82,16 +157,50 @@ func stepTypes(service, stream string, typeAndDescription ...string) []EventType
 }
 
 // Full is [Default] with every [Optional] step on, in its usual place
-// (insurance between the hotel and the payment): the document of every
-// event type the system may publish (events/asyncapi.yaml).
-// It is built once (the outbox checks every event's subject against it);
-// its slices are shared, read-only, as [Default]'s are.
+// (insurance between the hotel and the payment), declaring besides its
+// own types those of every other trip version ([Versions]: car.canceled
+// of [ChargeLast]): the catalogue of every event type the system may
+// publish, by which events are routed to their streams. Its steps are
+// those of hotel,insurance,payment,car only, so it is not itself a
+// version ([Catalogue.Validate] refuses the types no step of it
+// publishes); the AsyncAPI document (events/asyncapi.yaml) is made from
+// every version. It is built once (the outbox checks every event's
+// subject against it); its slices are shared, read-only, as [Default]'s
+// are.
 func Full() Catalogue { return full() }
 
+// FullSteps is the order of [Full]'s steps.
+const FullSteps = "hotel,insurance,payment,car"
+
+// FullOrders returns the catalogue of each declared order ([Orders]) with
+// every [Optional] step on, in its usual place (the insurance after the
+// hotel): hotel,insurance,payment,car and hotel,insurance,car,payment.
+// Together they publish every type of [Full]; the AsyncAPI document says
+// from them who publishes and consumes each.
+func FullOrders() []Catalogue {
+	out := []Catalogue{}
+	for _, v := range []string{FullSteps, "hotel,insurance,car,payment"} {
+		c, err := CatalogueOf(v)
+		if err != nil {
+			panic(err) // a declaration error in this file, caught by its test
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
 var full = sync.OnceValue(func() Catalogue { //nolint:gochecknoglobals // built once, read-only
-	c, err := Default.WithSteps([]string{"hotel", "insurance", "payment", "car"})
+	c, err := ParseSteps(FullSteps)
 	if err != nil {
 		panic(err) // a declaration error in this file, caught by its test
+	}
+	c.Types = slices.Clone(c.Types)
+	for _, v := range Versions() {
+		for _, t := range v.Types {
+			if _, ok := c.Lookup(t.Type); !ok {
+				c.Types = append(c.Types, t)
+			}
+		}
 	}
 	return c
 })
@@ -181,17 +290,25 @@ func replace(ts, old, new []string) []string {
 
 // WithSteps returns c with its saga steps (compensable steps and the
 // pivot) in order, which names each of c's saga steps once and may add
-// [Optional] ones; the forward-only steps stay after the pivot. The chain
-// is rewired: each step is triggered by the done event (see [Step.Done])
-// of the one before it (the first by trip.requested), and each
-// compensation by the next step's endings (rejected, failed) and its
-// compensation's event. An added step's event types are declared, and
-// every projection that follows all of each of c's saga steps' events
-// follows its events too. The result is checked with [Catalogue.Validate].
+// [Optional] ones; the forward-only steps stay after the pivot. The order
+// declares the pivot: it is the last step named that can be one (it is
+// declared the pivot, or [Forms] gives it a pivot role: car, payment);
+// every step before it is compensable, in its declared role or the one
+// [Forms] gives it (the car canceled by key). So "hotel,payment,car" is
+// [Default] and "hotel,car,payment" ([ChargeLast]) makes the payment the
+// pivot and the car compensable. The chain is rewired: each step is
+// triggered by the done event (see [Step.Done]) of the one before it (the
+// first by trip.requested), each compensation by the next step's endings
+// (rejected, failed) and its undo's events, and a forward-only step
+// triggered by the pivot's done event (confirm) by the new pivot's. The
+// event types of an added step, or of a role [Forms] adds, are declared,
+// and every projection that follows all of each of c's saga steps' events
+// follows them too. The result is checked with [Catalogue.Validate].
 //
-// The error wraps [ErrInvalidCatalogue] and names the step for: an
-// unknown or repeated step, one of c's steps left out, and a compensable
-// step placed after the pivot (after the pivot a trip only goes forward).
+// The error wraps [ErrInvalidCatalogue], names STEPS and the step for: an
+// unknown or repeated step, one of c's steps left out, a step named
+// before the pivot that has no compensation, and a compensable step
+// placed after the pivot (after the pivot a trip only goes forward).
 func (c Catalogue) WithSteps(order []string) (Catalogue, error) {
 	base := c.Saga()
 	pool := map[string]Step{}
@@ -214,7 +331,7 @@ func (c Catalogue) WithSteps(order []string) (Catalogue, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s=%s: "+format, append([]any{ErrInvalidCatalogue, StepsVar, list}, args...)...)
 	}
-	pivot := ""
+	last := -1 // the pivot: the last step named that can be one
 	for i, name := range order {
 		s, ok := pool[name]
 		switch {
@@ -222,11 +339,8 @@ func (c Catalogue) WithSteps(order []string) (Catalogue, error) {
 			return Catalogue{}, bad("unknown step %q (want some of %s)", name, strings.Join(known, ", "))
 		case slices.Contains(order[:i], name):
 			return Catalogue{}, bad("step %s named twice", name)
-		case s.Class == Pivot:
-			pivot = name
-		case pivot != "":
-			return Catalogue{}, bad("%s step %s comes after the pivot %s: after the pivot a trip only goes forward, so put %s before %s",
-				s.Class, name, pivot, name, pivot)
+		case canPivot(s):
+			last = i
 		}
 	}
 	for _, s := range base {
@@ -234,13 +348,65 @@ func (c Catalogue) WithSteps(order []string) (Catalogue, error) {
 			return Catalogue{}, bad("step %s is missing (only %s may be left out)", s.Name, strings.Join(slices.Sorted(maps.Keys(optTypes)), ", "))
 		}
 	}
+	var pivots []string
+	for _, name := range known {
+		if canPivot(pool[name]) {
+			pivots = append(pivots, name)
+		}
+	}
+	if last < 0 {
+		return Catalogue{}, bad("no step that can be the pivot is named (one of %s; the last named is the pivot)", strings.Join(pivots, ", "))
+	}
+	for i, name := range order {
+		s := pool[name]
+		switch {
+		case i > last:
+			return Catalogue{}, bad("%s step %s comes after the pivot %s: after the pivot a trip only goes forward, so put %s before %s",
+				Compensable, name, order[last], name, order[last])
+		case i < last:
+			if _, ok := asCompensable(s); !ok {
+				return Catalogue{}, bad("step %s comes before the pivot %s but has no compensation", name, order[last])
+			}
+		}
+	}
 
 	out := c // what the steps do not touch is kept as it is
 	out.Types = slices.Clone(c.Types)
 	out.Projections = nil
 	steps := make([]Step, len(order))
+	var dropped []string
 	for i, name := range order {
-		steps[i] = pool[name].clone()
+		s := pool[name]
+		if i == last {
+			s = asPivot(s)
+		} else {
+			s, _ = asCompensable(s)
+		}
+		steps[i] = s.clone()
+		if s.Class != pool[name].Class {
+			optTypes[name] = append(slices.Clone(optTypes[name]), Forms[name].Types...)
+			// The role given up takes its own event types with it (the
+			// refund's payment.refunded, with the payment the pivot).
+			for _, t := range pool[name].UndoEvents() {
+				if !slices.Contains(s.UndoEvents(), t) {
+					dropped = append(dropped, t)
+				}
+			}
+		}
+	}
+	out.Types = slices.DeleteFunc(out.Types, func(t EventType) bool { return slices.Contains(dropped, t.Type) })
+	// Every trigger a rewiring replaces: the chain's done events and its
+	// endings in every role a step may take.
+	everyRole := maps.Clone(pool)
+	for name, s := range pool {
+		if f := Forms[name]; f.Compensation != nil || f.Stuck != "" {
+			if cs, ok := asCompensable(s); ok {
+				everyRole[name+"/compensable"] = cs
+			}
+			if canPivot(s) {
+				everyRole[name+"/pivot"] = asPivot(s)
+			}
+		}
 	}
 	for i := range steps {
 		s := &steps[i]
@@ -250,9 +416,9 @@ func (c Catalogue) WithSteps(order []string) (Catalogue, error) {
 		if i > 0 {
 			prev = steps[i-1].Done()
 		}
-		s.Trigger = replace(s.Trigger, chainDone(pool), []string{prev})
+		s.Trigger = replace(s.Trigger, chainDone(everyRole), []string{prev})
 		if s.Compensation != nil && i+1 < len(steps) {
-			s.Compensation.Trigger = replace(s.Compensation.Trigger, chainEndings(pool), pool[order[i+1]].endings())
+			s.Compensation.Trigger = replace(s.Compensation.Trigger, chainEndings(everyRole), steps[i+1].endings())
 		}
 		for _, t := range optTypes[s.Name] {
 			if _, ok := out.Lookup(t.Type); !ok {
@@ -262,7 +428,13 @@ func (c Catalogue) WithSteps(order []string) (Catalogue, error) {
 	}
 	for _, s := range c.Steps {
 		if s.Class == ForwardOnly {
-			steps = append(steps, s.clone())
+			s = s.clone()
+			// A step after the pivot that waits for a chain step's done
+			// event (confirm, on the pivot's) waits for the pivot's.
+			if slices.ContainsFunc(s.Trigger, func(t string) bool { return slices.Contains(chainDone(everyRole), t) }) {
+				s.Trigger = replace(s.Trigger, chainDone(everyRole), []string{steps[last].Done()})
+			}
+			steps = append(steps, s)
 		}
 	}
 	// An added step's part after the pivot joins its siblings (the steps
@@ -287,18 +459,18 @@ func (c Catalogue) WithSteps(order []string) (Catalogue, error) {
 	}
 	out.Steps = steps
 	for _, p := range c.Projections {
-		p.Consumes = slices.Clone(p.Consumes)
-		p.Publishes = slices.Clone(p.Publishes)
 		followsAll := len(base) > 0
 		for _, s := range base {
 			for _, t := range s.events() {
 				followsAll = followsAll && slices.Contains(p.Consumes, t)
 			}
 		}
+		p.Consumes = slices.DeleteFunc(slices.Clone(p.Consumes), func(t string) bool { return slices.Contains(dropped, t) })
+		p.Publishes = slices.Clone(p.Publishes)
 		if followsAll {
-			for _, name := range order {
+			for i, name := range order {
 				if _, added := optTypes[name]; added {
-					p.Consumes = replace(p.Consumes, nil, pool[name].events())
+					p.Consumes = replace(p.Consumes, nil, steps[i].events())
 				}
 			}
 		}

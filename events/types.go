@@ -47,6 +47,11 @@ const (
 	// outcome still unknown) raised its incident and goes on retrying; the
 	// payment is refunded on it as on car.failed (see [Step.Stuck]).
 	CarCancelStuck = "io.tripsaga.car.cancel_stuck.v1"
+	// CarCanceled: the booking was canceled by key as a compensation, in an
+	// order where the car is compensable (charge-last, "hotel,car,payment":
+	// the card was declined or its charge failed). Declared only in such an
+	// order ([Catalogue.WithSteps]); its stuck event is [CarCancelStuck].
+	CarCanceled = "io.tripsaga.car.canceled.v1"
 
 	MailSent = "io.tripsaga.mail.sent.v1"
 )

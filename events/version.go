@@ -112,12 +112,13 @@ func CatalogueOf(version string) (Catalogue, error) {
 }
 
 // Versions returns the catalogue of every trip version a service must be
-// ready for whatever its own STEPS: [Default]'s order, and that order
-// with any of the [Optional] steps put anywhere before the pivot (as
-// [Catalogue.WithSteps] accepts it), [Default] first. A service consumes
-// what its steps need in any of them and in its own STEPS
-// ([ConsumesAnyVersion]), so turning an optional step on or off needs no
-// order of restarts. An order that moves [Default]'s own steps
+// ready for whatever its own STEPS: each of the declared [Orders]
+// ([Default]'s and [ChargeLast]), and each with any of the [Optional]
+// steps put anywhere before its pivot (as [Catalogue.WithSteps] accepts
+// it), [Default] first. A service consumes what its steps need in any of
+// them and in its own STEPS ([ConsumesAnyVersion]), so turning an
+// optional step on or off, or switching to charge-last and back, needs no
+// order of restarts. Another order of [Default]'s own steps
 // ("payment,hotel,car") is not among them: every service must run it in
 // its own STEPS before the trips service starts trips of it (README,
 // Configuration).
@@ -127,11 +128,7 @@ func Versions() []Catalogue {
 	if versions.all != nil {
 		return versions.all
 	}
-	base := []string{}
-	for _, s := range Default.Saga() {
-		base = append(base, s.Name)
-	}
-	orders := [][]string{base}
+	orders := slices.Clone(Orders)
 	for _, o := range Optional {
 		var more [][]string
 		for _, order := range orders {

@@ -49,10 +49,10 @@ func TestTripVersion(t *testing.T) {
 
 	t.Run("RefusesABadVersionNamingIt", func(t *testing.T) {
 		for v, want := range map[string]string{
-			"hotel,car":             `step payment is missing`,
-			"hotel,car,payment":     `compensable step payment comes after the pivot car`,
-			"hotel, payment,car":    `not canonical (want "hotel,payment,car")`,
-			"hotel,payment,car,spa": `unknown step "spa"`,
+			"hotel,car":                   `step payment is missing`,
+			"hotel,car,payment,insurance": `compensable step insurance comes after the pivot payment`,
+			"hotel, payment,car":          `not canonical (want "hotel,payment,car")`,
+			"hotel,payment,car,spa":       `unknown step "spa"`,
 		} {
 			_, err := events.CatalogueOf(v)
 			require.ErrorIs(t, err, events.ErrInvalidCatalogue, v)
@@ -66,13 +66,18 @@ func TestTripVersion(t *testing.T) {
 		for _, c := range events.Versions() {
 			vs = append(vs, c.Version())
 		}
-		require.Equal(t, []string{"hotel,payment,car", "insurance,hotel,payment,car", "hotel,insurance,payment,car", "hotel,payment,insurance,car"}, vs)
+		require.Equal(t, []string{"hotel,payment,car", "hotel,car,payment",
+			"insurance,hotel,payment,car", "hotel,insurance,payment,car", "hotel,payment,insurance,car",
+			"insurance,hotel,car,payment", "hotel,insurance,car,payment", "hotel,car,insurance,payment"}, vs,
+			"both declared orders, each with the insurance anywhere before its pivot")
 		hotel := events.ConsumesAnyVersion("hotel")
-		for _, typ := range []string{events.TripRequested, events.InsuranceBought, events.PaymentDeclined, events.InsuranceRejected, events.InsuranceCancelStuck} {
+		for _, typ := range []string{events.TripRequested, events.InsuranceBought, events.PaymentDeclined, events.InsuranceRejected, events.InsuranceCancelStuck, events.CarCanceled, events.CarRejected} {
 			require.Contains(t, hotel, typ)
 		}
 		p, ok := events.ProjectionAnyVersion("trips")
 		require.True(t, ok)
 		require.Contains(t, p.Consumes, events.InsuranceCanceled, "the trips status follows an insured trip after STEPS dropped insurance")
+		require.Contains(t, p.Consumes, events.CarCanceled, "and a charge-last trip after STEPS went back to the default order")
+		require.Contains(t, events.ConsumesAnyVersion("car"), events.HotelHeld, "the car follows the hold in a charge-last trip")
 	})
 }

@@ -528,7 +528,15 @@ func (o *Operator) settleable(ctx context.Context, key string, ar ActionRequest)
 	if !slices.Contains(events.SettleOutcomes, ar.Outcome) {
 		return "", bad("outcome", "required for settle: one of "+strings.Join(events.SettleOutcomes, ", ")+" (what a person did outside the system)")
 	}
+	// The trip's own order decides which step the service owns and
+	// whether it has an undo (the car is compensable in a charge-last
+	// trip, the pivot in a default one); STEPS for a trip not seen yet.
 	cat := events.Selected()
+	if v, err := queries.TripViewGet(ctx, o.r.cfg.Pool, ar.Trip); err == nil {
+		if c, err := events.CatalogueOf(v.Version); err == nil {
+			cat = c
+		}
+	}
 	var saga *events.Step
 	for _, st := range cat.Steps {
 		if st.Service != ar.Service {

@@ -229,9 +229,12 @@ func (r *Runner) RequestUndo(ctx context.Context, tx pgx.Tx, trip string) error 
 // RequestUndoOf is [Runner.RequestUndo] for a trip of version (the
 // version of the event asking for the undo, events.VersionOf): a step
 // voided before it ran says so with an event of that version. A row that
-// exists keeps the version it was recorded with.
+// exists keeps the version it was recorded with. A step compensable in
+// one order and the pivot in another (the car: hotel,car,payment and
+// hotel,payment,car) is undone only for a trip whose version makes it
+// compensable; the pivot has no compensation.
 func (r *Runner) RequestUndoOf(ctx context.Context, tx pgx.Tx, trip, version string) error {
-	if r.cfg.Spec.Class != events.Compensable {
+	if !r.compensableIn(version) {
 		return fmt.Errorf("saga: %s is %s and has no compensation", r.cfg.Spec.Name, r.cfg.Spec.Class)
 	}
 	outbox.AfterCommit(ctx, r.Wake)
@@ -267,6 +270,25 @@ func (r *Runner) RequestUndoOf(ctx context.Context, tx pgx.Tx, trip, version str
 		return fmt.Errorf("saga: undo %s of %s: %w", r.cfg.Spec.Name, trip, err)
 	}
 	return r.undoRow(ctx, tx, row)
+}
+
+// compensableIn reports whether the runner's step has a compensation in
+// a trip of version: a compensable Spec always; a pivot Spec when the
+// version's catalogue (events.CatalogueOf) makes the step compensable
+// and the Spec names its undo's event.
+func (r *Runner) compensableIn(version string) bool {
+	switch r.cfg.Spec.Class {
+	case events.Compensable:
+		return true
+	case events.Pivot:
+		c, err := events.CatalogueOf(version)
+		if err != nil || r.cfg.Spec.OnUndone == "" {
+			return false
+		}
+		st, ok := c.Step(r.cfg.Spec.Name)
+		return ok && st.Compensation != nil
+	}
+	return false
 }
 
 func (r *Runner) undoRow(ctx context.Context, tx pgx.Tx, row dbsqlc.Step) error {

@@ -111,16 +111,30 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: step %q is not in the catalogue", ErrInvalidConfig, cfg.Spec.Name)
 	}
-	if step.Class != cfg.Spec.Class || step.Service != cfg.Spec.Service {
+	// A saga step is compensable or the pivot by the order (STEPS, and
+	// each trip's version): the car is the pivot of hotel,payment,car and
+	// compensable in hotel,car,payment. Only forward-only is fixed.
+	if sagaStep(step.Class) != sagaStep(cfg.Spec.Class) || step.Service != cfg.Spec.Service {
 		return nil, fmt.Errorf("%w: step %q is %s of %s in the catalogue", ErrInvalidConfig, step.Name, step.Class, step.Service)
+	}
+	if step.Compensation != nil && cfg.Spec.OnUndone == "" {
+		return nil, fmt.Errorf("%w: step %q is compensable in the catalogue (STEPS) but its Spec has no OnUndone event", ErrInvalidConfig, step.Name)
 	}
 	if cfg.Spec.OnStuck == "" {
 		// The catalogue's stuck event: the step before is undone on it.
 		cfg.Spec.OnStuck = step.StuckType()
 	}
+	// What the step may publish in any trip version: its undo's event of
+	// an order where it is compensable (car.canceled) too.
+	var declared []string
+	for _, c := range append(events.Versions(), cfg.Catalogue) {
+		if st, ok := c.Step(cfg.Spec.Name); ok {
+			declared = appendNew(declared, st.Publishes...)
+			declared = appendNew(declared, st.UndoEvents()...)
+		}
+	}
 	for _, typ := range []string{cfg.Spec.OnDone, cfg.Spec.OnRejected, cfg.Spec.OnFailed, cfg.Spec.OnUndone, cfg.Spec.OnStuck} {
-		declared := slices.Contains(step.Publishes, typ) || slices.Contains(step.UndoEvents(), typ)
-		if typ != "" && !declared {
+		if typ != "" && !slices.Contains(declared, typ) {
 			return nil, fmt.Errorf("%w: step %q would publish %s, which the catalogue does not declare for it", ErrInvalidConfig, step.Name, typ)
 		}
 	}
@@ -264,6 +278,10 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	}
 	return s, nil
 }
+
+// sagaStep reports whether class is of a saga step (compensable or the
+// pivot), not forward-only.
+func sagaStep(class events.StepClass) bool { return class != events.ForwardOnly }
 
 // appendNew appends to ts each of more it lacks.
 func appendNew(ts []string, more ...string) []string {

@@ -39,7 +39,11 @@ non-zero if any verdict is HALF or differs from what the situation must end in.
 With --steps hotel,insurance,payment,car (or STEPS in the environment) the
 saga runs with the optional insurance step: every situation runs with four
 steps, the insurer's policy is judged too, and the situation "the insurer
-rejecting" is added.`,
+rejecting" is added. With --steps hotel,car,payment (charge-last: the
+payment is the pivot, charged once the hold and the car are in) a sold-out
+car never touches the card, a declined card cancels the booked car, and
+the two refund situations become the same faults on the car's cancel
+(failing for 30 s; refused, then settled by an operator).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if steps != "" { // the stack's children inherit it
 				if _, err := events.ParseSteps(steps); err != nil {
@@ -55,7 +59,7 @@ rejecting" is added.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON array, an object per situation")
 	cmd.Flags().StringVar(&dir, "dir", "", "folder for the stack's data and logs (default: a new temp folder)")
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the folder (logs, data) after the demo")
-	cmd.Flags().StringVar(&steps, "steps", "", "the saga's steps in order, as STEPS: hotel,insurance,payment,car adds the optional insurance step (default: STEPS, else hotel,payment,car)")
+	cmd.Flags().StringVar(&steps, "steps", "", "the saga's steps in order, as STEPS: hotel,insurance,payment,car adds the optional insurance step, hotel,car,payment charges last (the last step named that can be the pivot is the pivot; default: STEPS, else hotel,payment,car)")
 	return cmd
 }
 
@@ -123,7 +127,7 @@ func demoEnv(s *stack.Stack, errw io.Writer) *demo.Env {
 		insurer = urls["INSURER_URL"]
 	}
 	return &demo.Env{
-		TripsURL: s.URL("trips"), PaymentURL: s.URL("payment"), InsurerURL: insurer,
+		TripsURL: s.URL("trips"), PaymentURL: s.URL("payment"), CarURL: s.URL("car"), InsurerURL: insurer,
 		ReconcilerURL: s.URL("reconciler"), OperatorToken: demoToken,
 		HotelURL: urls["HOTEL_URL"], PaymentsURL: urls["PAYMENTS_URL"], CarsURL: urls["CARS_URL"], MailURL: urls["MAIL_URL"],
 		Kill: func(ctx context.Context, name string) error {

@@ -128,7 +128,7 @@ func (c *Config) defaults() {
 // Traveler kinds: what a trip is meant to end as without faults.
 const (
 	KindOK           = "ok"             // confirmed
-	KindCarSoldOut   = "car_sold_out"   // canceled after the charge: refund and release
+	KindCarSoldOut   = "car_sold_out"   // canceled: refund and release (charge-last: release, the card never charged)
 	KindDeclined     = "card_declined"  // canceled at the charge: release
 	KindHotelSoldOut = "hotel_sold_out" // canceled at once
 	// KindInsurerRejects: the insurer refuses the policy (insurance.rejected):

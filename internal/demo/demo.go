@@ -45,6 +45,9 @@ type Env struct {
 	InsurerURL string
 	// PaymentURL is the payment service's own URL (for its incidents).
 	PaymentURL string
+	// CarURL is the car service's own URL (for its incidents: the car's
+	// cancel is the undo of the charge-last order).
+	CarURL string
 	// ReconcilerURL and OperatorToken reach the reconciler's actions
 	// (POST /api/actions), for the situation an operator ends.
 	ReconcilerURL, OperatorToken string
@@ -120,8 +123,8 @@ type Outcome struct {
 }
 
 // Situations returns the situations of the demo, in order, for this
-// process's catalogue ([SituationsWith] of [InsuranceOn]).
-func Situations() []Situation { return SituationsWith(InsuranceOn()) }
+// process's catalogue ([SituationsOf] of STEPS' catalogue).
+func Situations() []Situation { return SituationsOf(events.Selected()) }
 
 // SituationsWith returns the situations of the demo, in order: with
 // insurance, the insurer's too ("the insurer rejecting").

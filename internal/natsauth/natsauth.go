@@ -192,9 +192,11 @@ func Identities(c events.Catalogue) []Identity {
 	streams := allStreams(c)
 	for _, svc := range Services(c) {
 		id := Identity{Name: svc, ReadStreams: streams}
-		for _, t := range c.Types {
-			if t.Service == svc {
-				id.Events = append(id.Events, events.Kind(t.Type)+".*")
+		// What it publishes in any trip version, not only in c: the car's
+		// car.canceled of a charge-last trip (events.Full declares it).
+		for _, t := range append(slices.Clone(c.Types), events.Full().Types...) {
+			if ev := events.Kind(t.Type) + ".*"; t.Service == svc && !slices.Contains(id.Events, ev) {
+				id.Events = append(id.Events, ev)
 			}
 		}
 		id.OwnStreams = c.OwnedStreams(svc)

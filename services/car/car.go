@@ -1,8 +1,15 @@
-// Package car is the car service: the pivot of the trip saga, its last
-// step that can fail. On payment.charged it books a car (POST /bookings,
+// Package car is the car service. In the default order
+// (hotel,payment,car) it is the pivot of the trip saga, its last step
+// that can fail: on payment.charged it books a car (POST /bookings,
 // Idempotency-Key "<trip>:car") and publishes car.booked, car.rejected
-// (sold out) or car.failed (unknown at the deadline, canceled by key). Once
-// booked, the trip only goes forward: the car has no compensation.
+// (sold out) or car.failed (unknown at the deadline, canceled by key);
+// once booked, the trip only goes forward, and the car has no
+// compensation. In the charge-last order (hotel,car,payment,
+// events.ChargeLast) it books on hotel.held and is compensable: on
+// payment.declined, payment.failed or payment.refund_stuck it cancels the
+// booking by the same key (POST /bookings/{key}/cancel) and publishes
+// car.canceled (car.cancel_stuck when the cancel raised its incident and
+// goes on retrying). Each trip follows the order it started with.
 package car
 
 import (
@@ -34,6 +41,8 @@ func Spec(baseURL string) saga.Spec {
 	return saga.Spec{
 		Name: "car", Service: "car", Class: events.Pivot, Company: c, ActiveStatus: c.ActiveStatus,
 		OnDone: events.CarBooked, OnRejected: events.CarRejected, OnFailed: events.CarFailed,
+		// Its undo in an order where it is compensable (charge-last).
+		OnUndone: events.CarCanceled,
 	}
 }
 

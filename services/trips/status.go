@@ -38,7 +38,8 @@ var failures = map[string]string{ //nolint:gochecknoglobals // read-only table
 // Project derives a trip's status from the set of event kinds seen
 // ("hotel.held", "payment.refunded", ...), whatever order they came in:
 //
-//   - confirmed once the car (the pivot) is booked;
+//   - confirmed once the pivot (the car; the payment in the charge-last
+//     order) is done;
 //   - pending while no step failed;
 //   - canceled once a step failed and every step that happened is undone
 //     (a step happened if its done event, or any event of a later step, was
@@ -115,7 +116,9 @@ func StepsOf(version string, seen []string, status string) map[string]string {
 	m := map[string]string{
 		"hotel":   pick("hotel.released", "released", "hotel.failed", "failed", "hotel.rejected", "sold_out", "hotel.release_stuck", "release_stuck", "hotel.held", "held"),
 		"payment": pick("payment.refunded", "refunded", "payment.failed", "failed", "payment.declined", "declined", "payment.refund_stuck", "refund_stuck", "payment.charged", "charged"),
-		"car":     pick("car.booked", "booked", "car.failed", "failed", "car.rejected", "sold_out", "car.cancel_stuck", "cancel_stuck"),
+		// car.canceled: its compensation, in an order where the car comes
+		// before the pivot (charge-last).
+		"car": pick("car.canceled", "canceled", "car.booked", "booked", "car.failed", "failed", "car.rejected", "sold_out", "car.cancel_stuck", "cancel_stuck"),
 	}
 	addSteps(m, catalogueOf(version), pick) // an optional step's: "insurance"
 	return m

@@ -53,3 +53,35 @@ func TestSteps(t *testing.T) {
 	require.Equal(t, map[string]string{"hotel": "held", "payment": "pending", "car": "pending"},
 		Steps([]string{"hotel.held"}, StatusPending))
 }
+
+// A charge-last trip (hotel,car,payment) is projected by its own order:
+// confirmed once the payment (its pivot) is charged, not on car.booked;
+// canceled once the car is canceled and the hold released; the car's
+// stuck cancel named open while the hold is released.
+func TestProjectChargeLast(t *testing.T) {
+	const v = "hotel,car,payment"
+	cases := []struct {
+		seen []string
+		want string
+		open []string
+	}{
+		{[]string{"hotel.held", "car.booked"}, StatusPending, nil},
+		{[]string{"hotel.held", "car.booked", "payment.charged"}, StatusConfirmed, nil},
+		{[]string{"hotel.held", "car.rejected"}, StatusCanceling, nil},
+		{[]string{"hotel.held", "car.rejected", "hotel.released"}, StatusCanceled, nil},
+		{[]string{"hotel.held", "car.booked", "payment.declined"}, StatusCanceling, nil},
+		{[]string{"hotel.held", "car.booked", "payment.declined", "hotel.released"}, StatusCanceling, nil},
+		{[]string{"hotel.held", "car.booked", "payment.declined", "car.canceled", "hotel.released"}, StatusCanceled, nil},
+		{[]string{"hotel.held", "car.booked", "payment.declined", "car.cancel_stuck", "hotel.released"}, StatusCanceling, []string{"car"}},
+		{[]string{"hotel.held", "car.booked", "payment.failed", "car.canceled", "hotel.released"}, StatusCanceled, nil},
+		{[]string{"hotel.held", "car.booked", "payment.refund_stuck", "car.canceled", "hotel.released"}, StatusCanceling, []string{"payment"}},
+		{[]string{"hotel.held", "car.booked", "payment.refund_stuck", "payment.failed", "car.canceled", "hotel.released"}, StatusCanceled, nil},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.want, ProjectOf(v, c.seen), "%v", c.seen)
+		require.Equal(t, c.open, OpenUndosOf(v, c.seen), "%v", c.seen)
+	}
+	require.Equal(t, map[string]string{"hotel": "released", "car": "canceled", "payment": "declined"},
+		StepsOf(v, []string{"hotel.held", "car.booked", "payment.declined", "car.canceled", "hotel.released"}, StatusCanceled))
+	require.Equal(t, StatusConfirmed, ProjectOf("", []string{"hotel.held", "payment.charged", "car.booked"}), "a default trip still confirms on its car")
+}
