@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"slices"
-	"time"
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/sim"
@@ -94,25 +92,8 @@ func carCancelRefused(ctx context.Context, env *Env) (*Outcome, error) {
 	}
 	o := &Outcome{}
 	o.Notes = append(o.Notes, fmt.Sprintf("answered %d %s at %d ms", a.code, a.Status, a.ms))
-	var cur struct {
-		Status   string   `json:"status"`
-		OpenUndo []string `json:"open_undo"`
-	}
-	deadline := time.Now().Add(env.SettleTimeout)
-	for {
-		var hold struct {
-			Status string `json:"status"`
-		}
-		_, _ = env.getJSON(ctx, env.HotelURL+"/holds/"+url.PathEscape(a.TripID+":hotel"), &hold)
-		_, _ = env.getJSON(ctx, env.TripsURL+"/trips/"+url.PathEscape(a.TripID), &cur)
-		if hold.Status == "released" && slices.Equal(cur.OpenUndo, []string{"car"}) {
-			o.Notes = append(o.Notes, fmt.Sprintf("room released at %d ms while the car's cancel was refused; trip %s, open undo: car", time.Since(a.start).Milliseconds(), cur.Status))
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return o, fmt.Errorf("the room was not released with the car's cancel open (hold %s, trip %s, open undo %v)", hold.Status, cur.Status, cur.OpenUndo)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := env.waitReleasedWhileOpen(ctx, a, o, "car", "the car's cancel was refused", "the car's cancel open"); err != nil {
+		return o, err
 	}
 	// A person cancels the booking by hand, then records it.
 	if _, err := sim.RemoveFault(ctx, env.CarsURL, refuse.ID); err != nil {
@@ -121,11 +102,8 @@ func carCancelRefused(ctx context.Context, env *Env) (*Outcome, error) {
 	if err := env.postJSON(ctx, env.CarsURL+"/bookings/"+url.PathEscape(a.TripID+":car")+"/cancel", "", a.TripID+":car", nil); err != nil {
 		return o, fmt.Errorf("the cancel by hand: %w", err)
 	}
-	if err := env.postJSON(ctx, env.ReconcilerURL+"/api/actions", env.OperatorToken, "demo-settle-"+a.TripID, map[string]string{
-		"action": "settle", "trip": a.TripID, "service": "car", "outcome": "undone",
-		"reason": "booking unlocked and canceled by hand", "operator": "demo",
-	}); err != nil {
-		return o, fmt.Errorf("settle: %w", err)
+	if err := env.settleUndone(ctx, a, "car", "booking unlocked and canceled by hand"); err != nil {
+		return o, err
 	}
 	o.Notes = append(o.Notes, "canceled by hand and settled by an operator (settle, outcome undone)")
 	o.Trips = []TripOutcome{env.judge(ctx, a, req.Payment.CardToken)}

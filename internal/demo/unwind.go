@@ -40,27 +40,8 @@ func refundsRefused(ctx context.Context, env *Env) (*Outcome, error) {
 	}
 	o := &Outcome{}
 	o.Notes = append(o.Notes, fmt.Sprintf("answered %d %s at %d ms", a.code, a.Status, a.ms))
-	// The room is released while the refund is refused, the trip canceling
-	// with the payment's undo open.
-	var cur struct {
-		Status   string   `json:"status"`
-		OpenUndo []string `json:"open_undo"`
-	}
-	deadline := time.Now().Add(env.SettleTimeout)
-	for {
-		var hold struct {
-			Status string `json:"status"`
-		}
-		_, _ = env.getJSON(ctx, env.HotelURL+"/holds/"+url.PathEscape(a.TripID+":hotel"), &hold)
-		_, _ = env.getJSON(ctx, env.TripsURL+"/trips/"+url.PathEscape(a.TripID), &cur)
-		if hold.Status == "released" && slices.Equal(cur.OpenUndo, []string{"payment"}) {
-			o.Notes = append(o.Notes, fmt.Sprintf("room released at %d ms while the refund was refused; trip %s, open undo: payment", time.Since(a.start).Milliseconds(), cur.Status))
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return o, fmt.Errorf("the room was not released with the refund open (hold %s, trip %s, open undo %v)", hold.Status, cur.Status, cur.OpenUndo)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := env.waitReleasedWhileOpen(ctx, a, o, "payment", "the refund was refused", "the refund open"); err != nil {
+		return o, err
 	}
 	// A person refunds the card by hand, then records it.
 	if _, err := sim.RemoveFault(ctx, env.PaymentsURL, refuse.ID); err != nil {
@@ -69,11 +50,8 @@ func refundsRefused(ctx context.Context, env *Env) (*Outcome, error) {
 	if err := env.postJSON(ctx, env.PaymentsURL+"/charges/"+url.PathEscape(a.TripID+":charge")+"/refund", "", a.TripID+":charge", nil); err != nil {
 		return o, fmt.Errorf("the refund by hand: %w", err)
 	}
-	if err := env.postJSON(ctx, env.ReconcilerURL+"/api/actions", env.OperatorToken, "demo-settle-"+a.TripID, map[string]string{
-		"action": "settle", "trip": a.TripID, "service": "payment", "outcome": "undone",
-		"reason": "card reopened and refunded by hand", "operator": "demo",
-	}); err != nil {
-		return o, fmt.Errorf("settle: %w", err)
+	if err := env.settleUndone(ctx, a, "payment", "card reopened and refunded by hand"); err != nil {
+		return o, err
 	}
 	o.Notes = append(o.Notes, "refunded by hand and settled by an operator (settle, outcome undone)")
 	o.Trips = []TripOutcome{env.judge(ctx, a, req.Payment.CardToken)}
@@ -108,6 +86,46 @@ func (env *Env) postJSON(ctx context.Context, u, token, key string, body any) er
 	if resp.StatusCode/100 != 2 {
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return fmt.Errorf("POST %s: %d %s", u, resp.StatusCode, raw)
+	}
+	return nil
+}
+
+// waitReleasedWhileOpen waits (at most env.SettleTimeout) until trip a's
+// room is released while the trip names open as its one open undo, and
+// notes when ("room released at N ms while <while>"); otherwise an error
+// naming what was seen instead ("with <with>").
+func (env *Env) waitReleasedWhileOpen(ctx context.Context, a *tripAnswer, o *Outcome, open, while, with string) error {
+	var cur struct {
+		Status   string   `json:"status"`
+		OpenUndo []string `json:"open_undo"`
+	}
+	deadline := time.Now().Add(env.SettleTimeout)
+	for {
+		var hold struct {
+			Status string `json:"status"`
+		}
+		_, _ = env.getJSON(ctx, env.HotelURL+"/holds/"+url.PathEscape(a.TripID+":hotel"), &hold)
+		_, _ = env.getJSON(ctx, env.TripsURL+"/trips/"+url.PathEscape(a.TripID), &cur)
+		if hold.Status == "released" && slices.Equal(cur.OpenUndo, []string{open}) {
+			o.Notes = append(o.Notes, fmt.Sprintf("room released at %d ms while %s; trip %s, open undo: %s", time.Since(a.start).Milliseconds(), while, cur.Status, open))
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("the room was not released with %s (hold %s, trip %s, open undo %v)", with, hold.Status, cur.Status, cur.OpenUndo)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// settleUndone records, as the demo's operator (POST /api/actions, action
+// settle, outcome undone), that a person did service's undo of trip a by
+// hand, for reason.
+func (env *Env) settleUndone(ctx context.Context, a *tripAnswer, service, reason string) error {
+	if err := env.postJSON(ctx, env.ReconcilerURL+"/api/actions", env.OperatorToken, "demo-settle-"+a.TripID, map[string]string{
+		"action": "settle", "trip": a.TripID, "service": service, "outcome": "undone",
+		"reason": reason, "operator": "demo",
+	}); err != nil {
+		return fmt.Errorf("settle: %w", err)
 	}
 	return nil
 }
