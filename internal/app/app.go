@@ -219,6 +219,7 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 	if cfg.MaxConns < 8 {
 		cfg.MaxConns = 8
 	}
+	connectPacing(cfg) // no reconnect storm while PostgreSQL refuses (netconfig.go)
 	p.Pool, err = pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+	"golang.org/x/time/rate"
 )
 
 // Network timeouts of every service process, so a silent peer (a
@@ -48,6 +49,14 @@ const (
 	NATSMaxPingsOut  = 3
 	// NATSDialTimeout bounds opening a NATS connection.
 	NATSDialTimeout = 5 * time.Second
+	// PGConnectRate is how many new PostgreSQL connections per second a
+	// service's pool opens at most once its burst (the pool's MaxConns,
+	// so a cold start fills the pool at once) is spent: while PostgreSQL
+	// refuses or resets (a failover, a restart, a firewall), every
+	// transaction of every inbox handler would otherwise open a
+	// connection at once, hundreds a second, each a backend forked and
+	// ended, and the server just back would be kept busy by them.
+	PGConnectRate = 20
 )
 
 // netSettings sets the network timeouts above on a PostgreSQL pool's
@@ -96,6 +105,25 @@ func netSettings(cfg *pgxpool.Config) {
 	}}
 	cc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return d.DialContext(ctx, network, addr)
+	}
+}
+
+// connectPacing paces the pool's new connections (PGConnectRate a second,
+// a burst of cfg.MaxConns; chained before cfg.BeforeConnect): a
+// connection beyond them waits for its turn, within the caller's context
+// (an acquire whose deadline comes first fails at once, with
+// rate.Limiter's error).
+func connectPacing(cfg *pgxpool.Config) {
+	lim := rate.NewLimiter(PGConnectRate, int(max(cfg.MaxConns, 1)))
+	prev := cfg.BeforeConnect
+	cfg.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
+		if err := lim.Wait(ctx); err != nil {
+			return fmt.Errorf("postgres: waiting for a turn to connect (at most %d new connections a second): %w", PGConnectRate, err)
+		}
+		if prev != nil {
+			return prev(ctx, cc)
+		}
+		return nil
 	}
 }
 

@@ -1,6 +1,6 @@
 // Package netfault puts a real TCP proxy between a process and a server
 // (PostgreSQL, NATS, a company) and breaks the network between them on
-// purpose: a cut with a reset, a blackhole with no reset, added latency, a
+// purpose: a cut with resets, a blackhole with no reset, added latency, a
 // stream closed half-way through an answer. It is Shopify's toxiproxy
 // (github.com/Shopify/toxiproxy/v2) used as a library, in-process, listening
 // on 127.0.0.1 only, for tests and for chaos.
@@ -35,6 +35,11 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	closed bool
+	// reject listens on the proxy's address instead of toxiproxy while a
+	// [Proxy.Reset] is in force (nil otherwise); rejected is closed once
+	// its accept loop has returned.
+	reject   net.Listener
+	rejected chan struct{}
 }
 
 // ErrClosed is returned by a fault asked of a closed proxy.
@@ -81,11 +86,62 @@ func (p *Proxy) Blackhole() error {
 	return p.both("blackhole", "timeout", map[string]any{"timeout": 0})
 }
 
-// Reset cuts every connection with a reset: an open connection is closed
-// at its next byte (either direction), and a new one is reset at its first
-// (SO_LINGER 0, a TCP RST), as a host or firewall that resets does.
+// Reset cuts every connection: an open connection is closed at once, and
+// a new one is accepted and reset before its first byte (SO_LINGER 0, a
+// TCP RST), as a host or firewall that rejects does; no new connection
+// reaches the upstream until [Proxy.Heal].
+//
+// It does not use toxiproxy's reset_peer toxic: toxiproxy dials the
+// upstream for every connection it accepts, toxics or not, so a client
+// reconnecting in a loop through a reset_peer cut makes the upstream
+// accept (PostgreSQL: fork a backend for) every attempt. A pool retrying
+// hundreds of times a second left PostgreSQL taking 9 s or more to answer
+// anyone once healed, a flood no real rejecting firewall lets through.
 func (p *Proxy) Reset() error {
-	return p.both("reset", "reset_peer", map[string]any{"timeout": 0})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	if p.reject != nil {
+		return nil
+	}
+	addr := p.p.Listen
+	p.p.Stop() // closes its listener and every connection it carries
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return errors.Join(fmt.Errorf("netfault: proxy %s: reset: listen %s: %w", p.name, addr, err), p.p.Start())
+	}
+	p.reject, p.rejected = ln, make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0) // close sends a RST
+			}
+			_ = c.Close()
+		}
+	}(p.rejected)
+	return nil
+}
+
+// endReset gives the proxy's address back to toxiproxy after a
+// [Proxy.Reset]; p.mu is held.
+func (p *Proxy) endReset() error {
+	if p.reject == nil {
+		return nil
+	}
+	_ = p.reject.Close()
+	<-p.rejected
+	p.reject, p.rejected = nil, nil
+	if err := p.p.Start(); err != nil {
+		return fmt.Errorf("netfault: proxy %s: heal: listen %s again: %w", p.name, p.p.Listen, err)
+	}
+	return nil
 }
 
 // Latency delays every chunk by d (± jitter, uniform) in each direction,
@@ -108,8 +164,8 @@ func (p *Proxy) HalfClose(n int64) error {
 	return p.add("half_close_downstream", "limit_data", "downstream", map[string]any{"bytes": n})
 }
 
-// Heal removes every fault; new connections carry again. Connections
-// closed meanwhile stay closed, data a blackhole dropped stays lost, and
+// Heal removes every fault; new connections carry again (after a reset,
+// on the same port). Connections closed meanwhile stay closed, data a blackhole dropped stays lost, and
 // the connections a blackhole held are closed (toxiproxy's timeout toxic
 // closes them when it is removed), as a peer's timeout would have.
 func (p *Proxy) Heal() error {
@@ -119,7 +175,7 @@ func (p *Proxy) Heal() error {
 		return ErrClosed
 	}
 	p.p.Toxics.ResetToxics(context.Background())
-	return nil
+	return p.endReset()
 }
 
 // Close stops the proxy: it stops listening and closes every connection
@@ -132,6 +188,10 @@ func (p *Proxy) Close() {
 		return
 	}
 	p.closed = true
+	if p.reject != nil {
+		_ = p.reject.Close()
+		<-p.rejected
+	}
 	p.p.Toxics.ResetToxics(context.Background())
 	p.p.Stop()
 }
@@ -148,6 +208,9 @@ func (p *Proxy) add(name, typ, stream string, attrs map[string]any) error {
 	defer p.mu.Unlock()
 	if p.closed {
 		return ErrClosed
+	}
+	if err := p.endReset(); err != nil { // a new fault replaces a reset
+		return err
 	}
 	body, err := json.Marshal(map[string]any{"name": name, "type": typ, "stream": stream, "toxicity": 1.0, "attributes": attrs})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,10 +14,12 @@ import (
 )
 
 // echo serves lines back, each prefixed by what the server received so
-// far on the connection; every line received is also sent on got.
-func echo(t *testing.T) (string, chan string) {
+// far on the connection; every line received is also sent on got, and
+// accepts counts the connections it accepted.
+func echo(t *testing.T) (addr string, got chan string, accepts *atomic.Int64) {
 	t.Helper()
-	got := make(chan string, 100)
+	got = make(chan string, 100)
+	accepts = new(atomic.Int64)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ln.Close() })
@@ -26,6 +29,7 @@ func echo(t *testing.T) (string, chan string) {
 			if err != nil {
 				return
 			}
+			accepts.Add(1)
 			go func() {
 				defer c.Close()
 				r := bufio.NewReader(c)
@@ -44,7 +48,7 @@ func echo(t *testing.T) (string, chan string) {
 			}()
 		}
 	}()
-	return ln.Addr().String(), got
+	return ln.Addr().String(), got, accepts
 }
 
 func dial(t *testing.T, p *netfault.Proxy) (net.Conn, *bufio.Reader) {
@@ -64,13 +68,18 @@ func say(t *testing.T, c net.Conn, r *bufio.Reader, line string) (string, error)
 }
 
 func proxy(t *testing.T) (*netfault.Proxy, chan string) {
+	p, got, _ := proxyCounting(t)
+	return p, got
+}
+
+func proxyCounting(t *testing.T) (*netfault.Proxy, chan string, *atomic.Int64) {
 	t.Helper()
-	addr, got := echo(t)
+	addr, got, accepts := echo(t)
 	p, err := netfault.Start("echo", addr)
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
 	require.Equal(t, "127.0.0.1", p.Host())
-	return p, got
+	return p, got, accepts
 }
 
 func TestProxy(t *testing.T) {
@@ -95,23 +104,39 @@ func TestProxy(t *testing.T) {
 		require.Equal(t, "c\n", got)
 		require.Equal(t, "c", <-seen, "the server never saw b")
 	})
-	t.Run("a reset closes an open connection at its next byte and a new one at once", func(t *testing.T) {
+	t.Run("a reset closes the open connections and rejects new ones before they reach the server", func(t *testing.T) {
 		t.Parallel()
-		p, _ := proxy(t)
+		p, _, accepts := proxyCounting(t)
+		addr := p.Addr()
 		c, r := dial(t, p)
 		_, err := say(t, c, r, "a")
 		require.NoError(t, err)
 		require.NoError(t, p.Reset())
+		require.NoError(t, p.Reset(), "a reset in force is kept")
 		_, err = say(t, c, r, "b")
 		require.Error(t, err, "cut")
-		c2, r2 := dial(t, p)
-		_, err = say(t, c2, r2, "x")
-		require.Error(t, err, "a new connection is cut too")
+		for range 50 { // a client reconnecting in a loop
+			c2, err := net.Dial("tcp", p.Addr())
+			if err != nil {
+				continue // reset before connect returned: cut too
+			}
+			_, err = say(t, c2, bufio.NewReader(c2), "x")
+			_ = c2.Close()
+			require.Error(t, err, "a new connection is cut too")
+		}
+		require.EqualValues(t, 1, accepts.Load(), "no connection made during the reset reached the server")
 		require.NoError(t, p.Heal())
+		require.Equal(t, addr, p.Addr(), "healed on the same port")
 		c3, r3 := dial(t, p)
 		got, err := say(t, c3, r3, "y")
 		require.NoError(t, err)
 		require.Equal(t, "y\n", got)
+		require.NoError(t, p.Reset())
+		require.NoError(t, p.Blackhole(), "a new fault replaces the reset")
+		c4, _ := dial(t, p)
+		_, err = io.WriteString(c4, "z\n")
+		require.NoError(t, err, "a blackhole takes the write")
+		require.NoError(t, p.Heal())
 	})
 	t.Run("latency makes a round trip take at least twice the delay", func(t *testing.T) {
 		t.Parallel()

@@ -21,10 +21,11 @@ const (
 	// idle_session_timeout (3.5 s), and a peer takes its leases after
 	// the takeover grace.
 	CutPostgresBlackhole = "pg-blackhole"
-	// CutPostgresReset resets every connection between the replica and
-	// PostgreSQL, and every new one at its first byte (a TCP RST, as a
-	// host or firewall that rejects): the lock goes with the session at
-	// once; the rest is as with a blackhole.
+	// CutPostgresReset closes every connection between the replica and
+	// PostgreSQL and resets every new one before it reaches PostgreSQL (a
+	// TCP RST, as a host or firewall that rejects; netfault's
+	// Proxy.Reset): the lock goes with the session at once; the rest is
+	// as with a blackhole.
 	CutPostgresReset = "pg-reset"
 	// CutNATSBlackhole drops every byte between the replica and every
 	// NATS server: its relay cannot publish (another replica's relay

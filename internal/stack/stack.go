@@ -1033,15 +1033,19 @@ func (s *Stack) WaitReady(ctx context.Context, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	url := s.URL(name) + "/readyz"
+	last := "no answer yet"
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 2000))
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, strings.Join(strings.Fields(string(body)), " "))
+		} else if ctx.Err() == nil {
+			last = err.Error()
 		}
 		select {
 		case <-ctx.Done():
@@ -1049,7 +1053,9 @@ func (s *Stack) WaitReady(ctx context.Context, name string) error {
 			if len(tail) > 3000 {
 				tail = tail[len(tail)-3000:]
 			}
-			return fmt.Errorf("stack: %s not ready (log %s):\n%s", name, s.LogPath(name), tail)
+			// The first line says what /readyz last answered: a caller
+			// that keeps one line (the chaos report) keeps why.
+			return fmt.Errorf("stack: %s not ready, /readyz last answered: %s (log %s):\n%s", name, last, s.LogPath(name), tail)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
