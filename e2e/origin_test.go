@@ -39,7 +39,7 @@ func TestAForgedStepEventIsParkedByItsOrigin(t *testing.T) {
 	forge := func(trip string, req events.TripRequest, at time.Time) {
 		t.Helper()
 		e, err := events.New(events.Source("hotel"), events.HotelHeld, trip, events.StepData{
-			TripID: trip, Step: "hotel", IdempotencyKey: trip + ":hotel", CompanyRef: "H-forged", Request: &req,
+			TripID: trip, Step: "hotel", IdempotencyKey: trip + ":hotel", CompanyRef: "H-forged", Request: asJSON(t, req),
 		})
 		require.NoError(t, err)
 		e.SetTime(at)
@@ -115,4 +115,14 @@ func TestAForgedStepEventIsParkedByItsOrigin(t *testing.T) {
 		_, err = s.GetLastMsgForSubject(ctx, "*.*."+invented)
 		require.ErrorIs(t, err, jetstream.ErrMsgNotFound, "no %s event for the invented trip", name)
 	}
+}
+
+// asJSON is v as JSON (a saga's carried request), failing tb otherwise.
+func asJSON(tb testing.TB, v any) json.RawMessage {
+	tb.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		tb.Fatalf("json: %v", err)
+	}
+	return b
 }

@@ -12,6 +12,7 @@
 package events
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 )
@@ -156,12 +157,16 @@ type TripRequestedData struct {
 // released, charged, ...). Forward events that trigger the next step carry
 // the trip request, so the next service needs nothing else.
 type StepData struct {
-	TripID         string       `json:"trip_id"`
-	Step           string       `json:"step"`
-	IdempotencyKey string       `json:"idempotency_key"`
-	CompanyRef     string       `json:"company_ref,omitempty"` // hold_id, charge_id, booking_id, message_id
-	Reason         string       `json:"reason,omitempty"`
-	Request        *TripRequest `json:"request,omitempty"`
+	TripID         string `json:"trip_id"`
+	Step           string `json:"step"`
+	IdempotencyKey string `json:"idempotency_key"`
+	CompanyRef     string `json:"company_ref,omitempty"` // hold_id, charge_id, booking_id, message_id
+	Reason         string `json:"reason,omitempty"`
+	// Request is the saga's request as its first event carried it (the
+	// trip's: a [TripRequest], as in [TripRequestedData]), on the events
+	// that start the next step; the saga machinery carries it as JSON
+	// and only each step's build function reads it.
+	Request json.RawMessage `json:"request,omitempty"`
 	// SettledBy names the operator who settled the step by hand (the
 	// operators' action settle: a person did the undo, or the step,
 	// outside the system); empty when the company answered.

@@ -179,6 +179,12 @@ type Client struct {
 	// UndoneStatus is the status word of an undo that took effect:
 	// "released", "refunded", "canceled"; empty for the mail relay.
 	UndoneStatus string
+	// RejectedStatus is the status word of a record the company keeps of
+	// a business rejection, "declined" for the card processor
+	// (providers.md: a declined charge stays readable by key); empty when
+	// it keeps none. RejectedReason is the reason to give for it, the
+	// one its direct answer gives ("card declined").
+	RejectedStatus, RejectedReason string
 	// Statuses are the status words GET /<Resource>/{key} may answer, as
 	// providers.md lists them; any other is an unknown outcome. Empty
 	// accepts any word.
@@ -658,6 +664,7 @@ func Payments(baseURL string) *Client {
 	return &Client{
 		Company: "payments", BaseURL: baseURL, Resource: "charges", IDField: "charge_id", UndoVerb: "refund",
 		ActiveStatus: "charged", UndoneStatus: "refunded", Statuses: []string{"charged", "refunded", "declined"},
+		RejectedStatus: "declined", RejectedReason: "card declined",
 		Echo: []string{"amount_cents", "currency"},
 	}
 }

@@ -34,9 +34,9 @@ func setupMisbehaving(t *testing.T, company string) *misbehaving {
 	base := b.hotelURL[:len(b.hotelURL)-len("/hotel")]
 	if company == "payments" {
 		url := base + "/payments"
-		return &misbehaving{bundle: b, url: url, client: provider.Payments(url), spec: payment.Spec(url), build: payment.Build, onDone: events.PaymentCharged}
+		return &misbehaving{bundle: b, url: url, client: provider.Payments(url), spec: payment.Spec(url), build: saga.Builder(payment.Build), onDone: events.PaymentCharged}
 	}
-	return &misbehaving{bundle: b, url: b.hotelURL, client: b.company, spec: hotel.Spec(b.hotelURL), build: hotel.Build, onDone: events.HotelHeld}
+	return &misbehaving{bundle: b, url: b.hotelURL, client: b.company, spec: hotel.Spec(b.hotelURL), build: saga.Builder(hotel.Build), onDone: events.HotelHeld}
 }
 
 func (m *misbehaving) runner(t *testing.T, timing saga.Timing) *saga.Runner {
@@ -48,11 +48,11 @@ func (m *misbehaving) runner(t *testing.T, timing saga.Timing) *saga.Runner {
 func (m *misbehaving) request(t *testing.T, r *saga.Runner, tripID string) {
 	ctx := context.Background()
 	tr := trip(tripID + "@x.io")
-	body, err := m.build(tripID, tr)
+	body, err := m.build(tripID, asJSON(t, tr))
 	require.NoError(t, err)
 	tx, err := m.pool.Begin(ctx)
 	require.NoError(t, err)
-	_, err = r.Request(ctx, tx, saga.Request{TripID: tripID, Body: body, Trip: &tr})
+	_, err = r.Request(ctx, tx, saga.Request{TripID: tripID, Body: body, Carried: asJSON(t, tr)})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 }

@@ -1,6 +1,7 @@
 package saga
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,9 +20,9 @@ import (
 	"github.com/tripsaga/tripsaga/outbox"
 )
 
-// OriginFunc returns the request of trip's trip.requested event, the
-// record that the trips service took the trip, or nil (and no error) when
-// there is none. Any other error is transient: the caller retries it.
+// OriginFunc returns the request (as JSON) of trip's trip.requested
+// event, the record that the trips service took the trip, or nil (and no
+// error) when there is none. Any other error is transient: the caller retries it.
 //
 // A step service that has one ([ServiceConfig.Origin]) carries out a
 // trigger event published by another step service (hotel.held,
@@ -30,7 +31,7 @@ import (
 // (internal/natsauth), so a step service's leaked seed can no longer
 // invent a trip or change its request. An operator's undo_leak of a done
 // step is carried out only when there is none (see [Runner.Operate]).
-type OriginFunc func(ctx context.Context, trip string) (*events.TripRequest, error)
+type OriginFunc func(ctx context.Context, trip string) (json.RawMessage, error)
 
 // TripsOrigin is the [OriginFunc] that reads the last message on
 // "trip.requested.<trip>" of the TRIPS stream through js (one JetStream
@@ -43,7 +44,7 @@ func TripsOrigin(js jetstream.JetStream) OriginFunc {
 		mu     sync.Mutex
 		stream jetstream.Stream
 	)
-	return func(ctx context.Context, trip string) (*events.TripRequest, error) {
+	return func(ctx context.Context, trip string) (json.RawMessage, error) {
 		subject, err := events.Subject(events.TripRequested, trip)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", outbox.ErrPermanent, err)
@@ -70,21 +71,27 @@ func TripsOrigin(js jetstream.JetStream) OriginFunc {
 		if err != nil {
 			return nil, fmt.Errorf("%w: stored %s cannot be decoded: %w", outbox.ErrPermanent, subject, err)
 		}
-		var d events.TripRequestedData
+		var d struct {
+			Request json.RawMessage `json:"request"`
+		}
 		if err := events.DecodeData(e, &d); err != nil {
 			return nil, fmt.Errorf("%w: stored %s: %w", outbox.ErrPermanent, subject, err)
 		}
-		return &d.Request, nil
+		if len(d.Request) == 0 || string(d.Request) == "null" {
+			return nil, fmt.Errorf("%w: stored %s carries no request", outbox.ErrPermanent, subject)
+		}
+		return d.Request, nil
 	}
 }
 
 // checkOrigin returns nil when the trip.requested (read with origin) of
-// trigger e's trip carries a request equal to req; a wrapped
+// trigger e's trip carries a request equal to req (as JSON values: the
+// same members and values, in any order and spacing); a wrapped
 // outbox.ErrPermanent naming why not when it differs, or when it is
 // missing and e's time is more than grace ago; a transient error when it
 // is missing within grace (the TRIPS stream may have lost it: see
 // [ServiceConfig.OriginGrace]); else origin's error.
-func checkOrigin(ctx context.Context, origin OriginFunc, e event.Event, grace time.Duration, req events.TripRequest) error {
+func checkOrigin(ctx context.Context, origin OriginFunc, e event.Event, grace time.Duration, req json.RawMessage) error {
 	typ, trip := e.Type(), e.Subject()
 	want, err := origin(ctx, trip)
 	if err != nil {
@@ -96,20 +103,19 @@ func checkOrigin(ctx context.Context, origin OriginFunc, e event.Event, grace ti
 		}
 		return fmt.Errorf("%w: %s: no trip.requested for %s: not a trip the trips service took", outbox.ErrPermanent, typ, trip)
 	}
-	if diff := requestDiff(*want, req); len(diff) > 0 {
+	if diff := requestDiff(want, req); len(diff) > 0 {
 		return fmt.Errorf("%w: %s of trip %s: request differs from the trip's trip.requested: %s", outbox.ErrPermanent, typ, trip, strings.Join(diff, ", "))
 	}
 	return nil
 }
 
-// requestDiff returns the JSON paths ("payment.amount_cents") where a and
-// b differ once each is encoded as JSON, sorted; none when equal.
-func requestDiff(a, b events.TripRequest) []string {
-	ja, errA := json.Marshal(a)
-	jb, errB := json.Marshal(b)
+// requestDiff returns the JSON paths ("payment.amount_cents") where the
+// JSON values a and b differ, sorted; none when equal. One that is not
+// JSON differs as a whole ("request") unless both are the same bytes.
+func requestDiff(a, b json.RawMessage) []string {
 	var ma, mb any
-	if errA != nil || errB != nil || json.Unmarshal(ja, &ma) != nil || json.Unmarshal(jb, &mb) != nil {
-		if reflect.DeepEqual(a, b) {
+	if json.Unmarshal(a, &ma) != nil || json.Unmarshal(b, &mb) != nil {
+		if bytes.Equal(a, b) {
 			return nil
 		}
 		return []string{"request"}

@@ -2,6 +2,7 @@ package saga_test
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,7 +38,7 @@ func TestOriginLostByItsStream(t *testing.T) {
 		back  bool         // the lost trip.requested is in its stream again
 		asked atomic.Int32 // origin reads of the lost trip
 	)
-	origin := func(_ context.Context, id string) (*events.TripRequest, error) {
+	origin := func(_ context.Context, id string) (json.RawMessage, error) {
 		if id != lost {
 			return nil, nil
 		}
@@ -47,17 +48,17 @@ func TestOriginLostByItsStream(t *testing.T) {
 		if !back {
 			return nil, nil
 		}
-		return &req, nil
+		return asJSON(t, req), nil
 	}
 	svc, err := saga.NewService(saga.ServiceConfig{
-		Pool: b.pool, JetStream: js, Catalogue: events.Default, Spec: payment.Spec(paymentsURL), Build: payment.Build, Timing: fast,
+		Pool: b.pool, JetStream: js, Catalogue: events.Default, Spec: payment.Spec(paymentsURL), Build: saga.Builder(payment.Build), Timing: fast,
 		Origin: origin, OriginGrace: time.Hour,
 	})
 	require.NoError(t, err)
 	runService(t, svc)
 
 	held := func(id string, at time.Time) {
-		e := versioned(t, "hotel", events.HotelHeld, id, "", events.StepData{TripID: id, Step: "hotel", IdempotencyKey: id + ":hotel", CompanyRef: "H-1", Request: &req})
+		e := versioned(t, "hotel", events.HotelHeld, id, "", events.StepData{TripID: id, Step: "hotel", IdempotencyKey: id + ":hotel", CompanyRef: "H-1", Request: asJSON(t, req)})
 		e.SetTime(at)
 		publishMsg(t, js, e, "", nil)
 	}

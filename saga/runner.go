@@ -150,8 +150,11 @@ type Request struct {
 	TripID string
 	// Body is the company request; its sha256 is the request fingerprint.
 	Body any
-	// Trip is carried forward in the step's done event.
-	Trip *events.TripRequest
+	// Carried is the saga's request (the trip's: an events.TripRequest),
+	// as JSON, carried forward in the step's done event so the next
+	// step's service needs nothing else; nil carries none. The runner
+	// never reads inside it: only the step's [BuildFunc] knows its type.
+	Carried json.RawMessage
 	// KeyName overrides Spec.KeyName (e.g. "mail:confirmed").
 	KeyName string
 	// Version is the trip's version (events.VersionExtension), from the
@@ -172,9 +175,12 @@ func (r *Runner) Request(ctx context.Context, tx pgx.Tx, req Request) (bool, err
 	if err != nil {
 		return false, fmt.Errorf("saga: %s body: %w", r.cfg.Spec.Name, err)
 	}
-	trip, err := json.Marshal(req.Trip)
-	if err != nil {
-		return false, fmt.Errorf("saga: %s trip: %w", r.cfg.Spec.Name, err)
+	trip := []byte("null")
+	if len(req.Carried) > 0 {
+		if !json.Valid(req.Carried) {
+			return false, fmt.Errorf("saga: %s of %s: the carried request is not JSON", r.cfg.Spec.Name, req.TripID)
+		}
+		trip = req.Carried
 	}
 	sum := sha256.Sum256(body)
 	tp, ts := traceOf(ctx)
@@ -786,7 +792,8 @@ func (r *Runner) forward(ctx context.Context, claimed dbsqlc.Step) {
 
 // learnForward asks the company's status by key (GET /<resource>/{key})
 // after a forward call whose outcome is unknown: a resource in force means
-// the step happened; a declined charge is a rejection; anything else stays
+// the step happened; a record of a rejection (Spec.RejectedStatus: a
+// declined charge) is a rejection; anything else stays
 // unknown and the same request is sent again later. The status is checked
 // against body when the company is a [StatusChecker] (a charge answered
 // with another amount is not in force for us). A status that fails is
@@ -806,8 +813,8 @@ func (r *Runner) learnForward(ctx context.Context, key string, body any, res pro
 		return res, callErr
 	case st.Status == r.cfg.Spec.ActiveStatus:
 		return st, nil
-	case st.Status == "declined":
-		return provider.Result{Outcome: provider.Rejected, Code: st.Code, Status: st.Status, Reason: "card declined"}, nil
+	case st.Status != "" && st.Status == r.cfg.Spec.RejectedStatus:
+		return provider.Result{Outcome: provider.Rejected, Code: st.Code, Status: st.Status, Reason: r.cfg.Spec.RejectedReason}, nil
 	}
 	return res, callErr
 }
@@ -1075,11 +1082,7 @@ func (r *Runner) eventBy(typ string, row *dbsqlc.Step, carryTrip bool, settledBy
 		d.Reason = *row.Reason
 	}
 	if carryTrip && len(row.Trip) > 0 && string(row.Trip) != "null" {
-		var t events.TripRequest
-		if err := json.Unmarshal(row.Trip, &t); err != nil {
-			return nil, fmt.Errorf("saga: trip of %s: %w", row.TripID, err)
-		}
-		d.Request = &t
+		d.Request = json.RawMessage(row.Trip)
 	}
 	e, err := events.New(events.Source(r.cfg.Spec.Service), typ, row.TripID, d)
 	if err != nil {

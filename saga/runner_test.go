@@ -2,6 +2,7 @@ package saga_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -97,7 +98,7 @@ func request(t *testing.T, b *bundle, r *saga.Runner, tripID, email string) bool
 	require.NoError(t, err)
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
-	ok, err := r.Request(ctx, tx, saga.Request{TripID: tripID, Body: body, Trip: &tr})
+	ok, err := r.Request(ctx, tx, saga.Request{TripID: tripID, Body: body, Carried: asJSON(t, tr)})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 	return ok
@@ -335,7 +336,7 @@ func TestRunner(t *testing.T) {
 		tx, err := b.pool.Begin(ctx)
 		require.NoError(t, err)
 		wctx, committed := outbox.WithAfterCommit(ctx, nil)
-		isNew, err := r.Request(wctx, tx, saga.Request{TripID: "T-direct", Body: body, Trip: &tr})
+		isNew, err := r.Request(wctx, tx, saga.Request{TripID: "T-direct", Body: body, Carried: asJSON(t, tr)})
 		require.NoError(t, err)
 		require.True(t, isNew)
 		require.Equal(t, "none", companyStatus(t, b, "T-direct:hotel"), "no call before the commit")
@@ -370,7 +371,7 @@ func TestRunner(t *testing.T) {
 		require.NoError(t, err)
 		tx1, err := b.pool.Begin(ctx)
 		require.NoError(t, err)
-		_, err = r.Request(ctx, tx1, saga.Request{TripID: "T-race", Body: body, Trip: &tr})
+		_, err = r.Request(ctx, tx1, saga.Request{TripID: "T-race", Body: body, Carried: asJSON(t, tr)})
 		require.NoError(t, err)
 		undone := make(chan error, 1)
 		go func() {
@@ -455,4 +456,14 @@ func TestRunnerLearnsByStatus(t *testing.T) {
 		require.Equal(t, "released", companyStatus(t, b, "T-rel:hotel"))
 		require.Equal(t, []string{events.HotelHeld, events.HotelReleased}, outboxTypes(t, b, "T-rel"))
 	})
+}
+
+// asJSON is v as JSON (a saga's carried request), failing tb otherwise.
+func asJSON(tb testing.TB, v any) json.RawMessage {
+	tb.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		tb.Fatalf("json: %v", err)
+	}
+	return b
 }

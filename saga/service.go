@@ -1,7 +1,9 @@
 package saga
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,8 +21,43 @@ import (
 	"github.com/tripsaga/tripsaga/outbox"
 )
 
-// BuildFunc returns the company request body of a step for a trip.
-type BuildFunc func(tripID string, trip events.TripRequest) (any, error)
+// BuildFunc returns the company request body of a step from the saga's
+// id and its request, as JSON, the way the saga's first event carried it
+// (the trip's: an events.TripRequest). An error parks the trigger event
+// (outbox.ErrPermanent): a request that cannot be read or is invalid is
+// never retried. Make one with [Builder], which decodes and checks the
+// request as the saga's own type.
+type BuildFunc func(sagaID string, request json.RawMessage) (any, error)
+
+// Payload is a saga's request type: what its first event carries and
+// every step event after it carries on (the trip's is
+// events.TripRequest). Validate returns an error naming each field it
+// refuses; events are untrusted input, so a step checks the request
+// before any company is called.
+type Payload interface {
+	Validate() error
+}
+
+// Builder returns the [BuildFunc] of a step whose saga's request is of
+// type R: the carried JSON is decoded into an R (an unknown field is an
+// error: a request is never half understood) and checked with its
+// Validate before build is called with it. The step is then the only
+// place that knows the saga's words; the machinery carries the request
+// unread.
+func Builder[R Payload](build func(sagaID string, request R) (any, error)) BuildFunc {
+	return func(sagaID string, raw json.RawMessage) (any, error) {
+		var req R
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return nil, fmt.Errorf("request: %w", err)
+		}
+		if err := req.Validate(); err != nil {
+			return nil, err
+		}
+		return build(sagaID, req)
+	}
+}
 
 // ServiceConfig assembles a step service: one step, the inboxes of its
 // trigger and compensation events (as the catalogue declares them), the
@@ -95,8 +132,8 @@ type Service struct {
 // tripEvent is the common shape of every trigger's data: trip.requested
 // and the step events both carry "trip_id" and "request".
 type tripEvent struct {
-	TripID  string              `json:"trip_id"`
-	Request *events.TripRequest `json:"request"`
+	TripID  string          `json:"trip_id"`
+	Request json.RawMessage `json:"request"`
 }
 
 // NewService checks cfg against the catalogue and builds the service.
@@ -300,28 +337,26 @@ func (s *Service) onTrigger(ctx context.Context, tx pgx.Tx, e event.Event, cat e
 	if err := events.DecodeData(e, &d); err != nil {
 		return err
 	}
-	if d.Request == nil || d.TripID == "" || d.TripID != e.Subject() {
+	if len(d.Request) == 0 || string(d.Request) == "null" || d.TripID == "" || d.TripID != e.Subject() {
 		return fmt.Errorf("%w: %s carries no trip request for subject %q", outbox.ErrPermanent, e.Type(), e.Subject())
 	}
-	// Events are untrusted input too: the request inside one is checked
-	// with the API's rules (those that do not depend on the day) before
-	// any company is called; an invalid one is parked, naming its fields.
-	if err := d.Request.Validate(); err != nil {
+	// Events are untrusted input too: the step's Build (a [Builder])
+	// decodes the request as the saga's type and checks it (the trip's
+	// with the API's rules that do not depend on the day) before any
+	// company is called; an invalid one is parked, naming its fields.
+	body, err := s.cfg.Build(d.TripID, d.Request)
+	if err != nil {
 		return fmt.Errorf("%w: %s of trip %s: %w", outbox.ErrPermanent, e.Type(), e.Subject(), err)
 	}
 	// A trigger another step service published is carried out only for a
 	// trip the trips service took, with its request unchanged: a step
 	// service's identity can publish its own events with any content.
 	if s.cfg.Origin != nil && fromStepService(cat, e.Type()) {
-		if err := checkOrigin(ctx, s.cfg.Origin, e, s.cfg.OriginGrace, *d.Request); err != nil {
+		if err := checkOrigin(ctx, s.cfg.Origin, e, s.cfg.OriginGrace, d.Request); err != nil {
 			return err
 		}
 	}
-	body, err := s.cfg.Build(d.TripID, *d.Request)
-	if err != nil {
-		return fmt.Errorf("%w: %w", outbox.ErrPermanent, err)
-	}
-	_, err = s.Runner.Request(ctx, tx, Request{TripID: d.TripID, Body: body, Trip: d.Request, Version: events.VersionOf(e)})
+	_, err = s.Runner.Request(ctx, tx, Request{TripID: d.TripID, Body: body, Carried: d.Request, Version: events.VersionOf(e)})
 	return err
 }
 

@@ -124,6 +124,11 @@ type Spec struct {
 	// ActiveStatus is the company's status word of a resource in force
 	// ("held"), used to verify after an undo.
 	ActiveStatus string
+	// RejectedStatus is the company's status word of a record of a
+	// business rejection ("declined"; provider.Client.RejectedStatus),
+	// empty when it keeps none: asked by key after an unknown outcome,
+	// such a record is a rejection, given RejectedReason, never retried.
+	RejectedStatus, RejectedReason string
 	// Event types published: when done, rejected, failed (unknown at the
 	// deadline, undone by key) and undone by a compensation. Empty means
 	// publish nothing for that outcome.

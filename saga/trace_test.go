@@ -39,7 +39,7 @@ func TestStepCallsKeepTheTripsTrace(t *testing.T) {
 	require.NoError(t, err)
 	tx, err := b.pool.Begin(tctx)
 	require.NoError(t, err)
-	_, err = r.Request(tctx, tx, saga.Request{TripID: "T-tr", Body: body, Trip: &tr})
+	_, err = r.Request(tctx, tx, saga.Request{TripID: "T-tr", Body: body, Carried: asJSON(t, tr)})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(tctx))
 	trigger.End()

@@ -151,7 +151,11 @@ func CancellationStep(name, service, bookingKey string, c *provider.Client, onDo
 			if refund {
 				body.AmountCents = &d.RefundCents
 			}
-			return Request{TripID: d.TripID, Body: body, Trip: &d.Request}, nil
+			carried, err := json.Marshal(d.Request)
+			if err != nil {
+				return Request{}, fmt.Errorf("saga: %s of trip %s: %w", e.Type(), d.TripID, err)
+			}
+			return Request{TripID: d.TripID, Body: body, Carried: carried}, nil
 		},
 	}
 }

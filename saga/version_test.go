@@ -81,7 +81,7 @@ func TestATripKeepsItsVersion(t *testing.T) {
 		// The hotel runs the default STEPS (no insurance) and still
 		// serves trips of the version with insurance, and the other way.
 		svc, err := saga.NewService(saga.ServiceConfig{
-			Pool: b.pool, JetStream: js, Catalogue: events.Default, Spec: hotel.Spec(b.hotelURL), Build: hotel.Build, Timing: fast,
+			Pool: b.pool, JetStream: js, Catalogue: events.Default, Spec: hotel.Spec(b.hotelURL), Build: saga.Builder(hotel.Build), Timing: fast,
 		})
 		require.NoError(t, err)
 		runService(t, svc)
@@ -138,7 +138,7 @@ func TestATripKeepsItsVersion(t *testing.T) {
 		// of the default order, stamped and not.
 		held := func(id, version string) cloudevent.Event {
 			tr := trip(id + "@x.io")
-			e := versioned(t, "hotel", events.HotelHeld, id, version, events.StepData{TripID: id, Step: "hotel", IdempotencyKey: id + ":hotel", Request: &tr})
+			e := versioned(t, "hotel", events.HotelHeld, id, version, events.StepData{TripID: id, Step: "hotel", IdempotencyKey: id + ":hotel", Request: asJSON(t, tr)})
 			publishMsg(t, js, e, "", nil)
 			return e
 		}
@@ -147,7 +147,7 @@ func TestATripKeepsItsVersion(t *testing.T) {
 		spec, err := insurance.Spec(events.Full(), insurerURL)
 		require.NoError(t, err)
 		svc, err := saga.NewService(saga.ServiceConfig{
-			Pool: ipool, JetStream: js, Catalogue: events.Full(), Spec: spec, Build: insurance.Build, Timing: fast,
+			Pool: ipool, JetStream: js, Catalogue: events.Full(), Spec: spec, Build: saga.Builder(insurance.Build), Timing: fast,
 		})
 		require.NoError(t, err)
 		runService(t, svc)
@@ -171,7 +171,7 @@ func TestATripKeepsItsVersion(t *testing.T) {
 		_, _, js := testenv.JetStream(t)
 		require.NoError(t, events.EnsureStreams(ctx, js, events.Full()))
 		svc, err := saga.NewService(saga.ServiceConfig{
-			Pool: b.pool, JetStream: js, Catalogue: events.Default, Spec: hotel.Spec(b.hotelURL), Build: hotel.Build, Timing: fast,
+			Pool: b.pool, JetStream: js, Catalogue: events.Default, Spec: hotel.Spec(b.hotelURL), Build: saga.Builder(hotel.Build), Timing: fast,
 		})
 		require.NoError(t, err)
 		runService(t, svc)

@@ -477,7 +477,11 @@ func example(d docOf, et events.EventType, i int) (*yaml.Node, error) {
 		s, _ := publishingStep(d, et.Type)
 		sd := events.StepData{TripID: trip, Step: s.Name, IdempotencyKey: trip + ":" + s.Name}
 		if triggersStep(d, et.Type) {
-			sd.Request = req
+			raw, err := json.Marshal(req)
+			if err != nil {
+				return nil, err
+			}
+			sd.Request = raw
 		}
 		data = sd
 	case "TripSettledData":

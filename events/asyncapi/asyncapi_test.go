@@ -153,7 +153,9 @@ func TestEventsAsTheServicesMakeThemValidate(t *testing.T) {
 	step := func(s, key string, withReq bool, ref, reason string) events.StepData {
 		d := events.StepData{TripID: trip, Step: s, IdempotencyKey: trip + ":" + key, CompanyRef: ref, Reason: reason}
 		if withReq {
-			d.Request = req
+			raw, err := json.Marshal(req)
+			require.NoError(t, err)
+			d.Request = raw
 		}
 		return d
 	}
@@ -240,7 +242,7 @@ func TestSchemasRefuse(t *testing.T) {
 	v, err := asyncapi.NewValidator(committed(t))
 	require.NoError(t, err)
 	trip := "T-01KF0FV2E00W3GE1R70W3GE1R7"
-	subject, hdr, good := message(t, "hotel", events.HotelHeld, trip, events.StepData{TripID: trip, Step: "hotel", IdempotencyKey: trip + ":hotel", Request: request()})
+	subject, hdr, good := message(t, "hotel", events.HotelHeld, trip, events.StepData{TripID: trip, Step: "hotel", IdempotencyKey: trip + ":hotel", Request: mustJSON(t, request())})
 	require.NoError(t, v.Validate(subject, hdr, good))
 	traced := map[string][]string{"ce-traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}, "ce-tracestate": {"congo=t61rcWkgMzE"}}
 	for k, v := range hdr {
@@ -325,4 +327,12 @@ func TestGeneratorRefusesWhatItCannotDescribe(t *testing.T) {
 	c.Types = append(c.Types, c.Types[0])
 	_, err = asyncapi.Generate(c)
 	require.ErrorIs(t, err, events.ErrInvalidCatalogue)
+}
+
+// mustJSON is v as JSON, failing t otherwise.
+func mustJSON(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
 }

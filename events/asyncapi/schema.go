@@ -116,8 +116,12 @@ var fields = map[string]map[string]field{ //nolint:gochecknoglobals // read-only
 		"idempotency_key": {desc: "The Idempotency-Key of the step's company call: the trip id, a colon and the step's key name (T-...:hotel, T-...:charge, T-...:car, T-...:mail:confirmed).", apply: pattern(keyPattern)},
 		"company_ref":     {desc: "The company's reference of what it did (hold_id, charge_id, booking_id, message_id); absent when the company did nothing or did not say.", apply: nonEmpty},
 		"reason":          {desc: "Why the step was rejected, failed or undone, in words, when there is a reason to give.", apply: nonEmpty},
-		"request":         {desc: "The trip request, carried by the events that start the next step."},
-		"settled_by":      {desc: "The operator who settled the step by hand (action settle: a person did the undo, or the step, outside the system); absent when the company answered.", apply: nonEmpty},
+		"request": {desc: "The trip request, carried by the events that start the next step.", apply: func(s *jsonschema.Schema) {
+			// The Go field is JSON the saga machinery carries unread
+			// (json.RawMessage); on the trip's wire it is a TripRequest.
+			s.Ref = "#/components/schemas/TripRequest"
+		}},
+		"settled_by": {desc: "The operator who settled the step by hand (action settle: a person did the undo, or the step, outside the system); absent when the company answered.", apply: nonEmpty},
 	},
 	"TripSettledData": {
 		"":             {desc: "Data of io.tripsaga.trip.confirmed.v1, io.tripsaga.trip.canceled.v1 and io.tripsaga.trip.canceled_by_traveler.v1: the trip is settled."},

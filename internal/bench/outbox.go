@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -88,8 +89,12 @@ func benchRequest() *events.TripRequest {
 // publish them.
 func tripEvents(trip string) ([]event.Event, error) {
 	req := benchRequest()
+	carried, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
 	step := func(s string) events.StepData {
-		return events.StepData{TripID: trip, Step: s, IdempotencyKey: trip + ":" + s, CompanyRef: "X-" + trip, Request: req}
+		return events.StepData{TripID: trip, Step: s, IdempotencyKey: trip + ":" + s, CompanyRef: "X-" + trip, Request: carried}
 	}
 	specs := []struct {
 		svc, typ string

@@ -72,9 +72,9 @@ func start(t *testing.T) *system {
 		spec  saga.Spec
 		build saga.BuildFunc
 	}{
-		{hotel.Spec(simSrv.URL + "/hotel"), hotel.Build},
-		{payment.Spec(simSrv.URL + "/payments"), payment.Build},
-		{car.Spec(simSrv.URL + "/cars"), car.Build},
+		{hotel.Spec(simSrv.URL + "/hotel"), saga.Builder(hotel.Build)},
+		{payment.Spec(simSrv.URL + "/payments"), saga.Builder(payment.Build)},
+		{car.Spec(simSrv.URL + "/cars"), saga.Builder(car.Build)},
 	}
 	for _, st := range steps {
 		pool, _ := testenv.SchemaPool(t, st.spec.Service, tripsql.SetSaga)

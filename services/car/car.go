@@ -57,5 +57,5 @@ func TravelerCancel(baseURL string) saga.ExtraStep {
 
 // Run runs the car service process.
 func Run(ctx context.Context, env app.Env) error {
-	return app.RunStep(ctx, env, Spec(env.CarsURL), Build, "CARS_URL", TravelerCancel(env.CarsURL))
+	return app.RunStep(ctx, env, Spec(env.CarsURL), saga.Builder(Build), "CARS_URL", TravelerCancel(env.CarsURL))
 }

@@ -49,5 +49,5 @@ func TravelerRelease(baseURL string) saga.ExtraStep {
 
 // Run runs the hotel service process.
 func Run(ctx context.Context, env app.Env) error {
-	return app.RunStep(ctx, env, Spec(env.HotelURL), Build, "HOTEL_URL", TravelerRelease(env.HotelURL))
+	return app.RunStep(ctx, env, Spec(env.HotelURL), saga.Builder(Build), "HOTEL_URL", TravelerRelease(env.HotelURL))
 }

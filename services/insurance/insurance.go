@@ -88,5 +88,5 @@ func Run(ctx context.Context, env app.Env) error {
 	if err != nil {
 		return fmt.Errorf("insurance: %w", err)
 	}
-	return app.RunStep(ctx, env, spec, Build, "INSURER_URL", TravelerVoid(env.InsurerURL))
+	return app.RunStep(ctx, env, spec, saga.Builder(Build), "INSURER_URL", TravelerVoid(env.InsurerURL))
 }

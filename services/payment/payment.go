@@ -35,6 +35,7 @@ func Spec(baseURL string) saga.Spec {
 	c := provider.Payments(baseURL)
 	return saga.Spec{
 		Name: "payment", KeyName: "charge", Service: "payment", Class: events.Compensable, Company: c, ActiveStatus: c.ActiveStatus,
+		RejectedStatus: c.RejectedStatus, RejectedReason: c.RejectedReason,
 		OnDone: events.PaymentCharged, OnRejected: events.PaymentDeclined, OnFailed: events.PaymentFailed, OnUndone: events.PaymentRefunded,
 	}
 }
@@ -52,5 +53,5 @@ func TravelerRefund(baseURL string) saga.ExtraStep {
 
 // Run runs the payment service process.
 func Run(ctx context.Context, env app.Env) error {
-	return app.RunStep(ctx, env, Spec(env.PaymentsURL), Build, "PAYMENTS_URL", TravelerRefund(env.PaymentsURL))
+	return app.RunStep(ctx, env, Spec(env.PaymentsURL), saga.Builder(Build), "PAYMENTS_URL", TravelerRefund(env.PaymentsURL))
 }
