@@ -349,7 +349,7 @@ func (c Catalogue) Validate() error {
 	seen := map[string]bool{}
 	for _, t := range c.Types {
 		if Kind(t.Type) == "" {
-			bad("type %q is not io.tripsaga.<kind>.v<N>", t.Type)
+			bad("type %q is not <reverse-DNS prefix>.<entity>.<happening>.v<N> (io.tripsaga.hotel.held.v1)", t.Type)
 		}
 		if seen[t.Type] {
 			bad("type %q declared twice", t.Type)

@@ -51,7 +51,7 @@ func TestCatalogueRejects(t *testing.T) {
 		}, "no step publishes it"},
 		"CompensableWithItsOwnStuck": {func(c *Catalogue) { c.Steps[1].Stuck = CarCancelStuck }, "step payment is compensable and declares its own stuck event"},
 		"PivotStuckUndeclared":       {func(c *Catalogue) { c.Steps[2].Stuck = "io.tripsaga.car.lost.v1" }, `undeclared type "io.tripsaga.car.lost.v1"`},
-		"BadTypeName":                {func(c *Catalogue) { c.Types = append(c.Types, EventType{Type: "car.upgraded"}) }, "is not io.tripsaga"},
+		"BadTypeName":                {func(c *Catalogue) { c.Types = append(c.Types, EventType{Type: "car.upgraded"}) }, "is not <reverse-DNS prefix>.<entity>.<happening>.v<N>"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -81,4 +81,31 @@ func TestPublishes(t *testing.T) {
 	require.ElementsMatch(t, []string{HotelHeld, HotelRejected, HotelFailed, HotelReleased, HotelReleaseStuck, HotelTravelerReleased}, Default.Publishes("hotel"))
 	require.ElementsMatch(t, []string{OperatorAction}, Default.Publishes("reconciler"))
 	require.ElementsMatch(t, []string{TripRequested, TripConfirmed, TripCanceled, MailSent, TripCancellationRequested, TripCanceledByTraveler}, Default.Publishes("trips"))
+}
+
+// TestKindOfAnyReverseDNSPrefix: the kind of a type is the two names
+// before its version, whatever the producer's reverse-DNS prefix (the
+// trip's io.tripsaga, a shop's com.example.shop), so another saga's types
+// get subjects without being named io.tripsaga; a type of another shape
+// has none.
+func TestKindOfAnyReverseDNSPrefix(t *testing.T) {
+	for typ, want := range map[string]string{
+		"io.tripsaga.hotel.held.v1":                  "hotel.held",
+		"io.tripsaga.trip.cancellation_requested.v1": "trip.cancellation_requested",
+		"com.example.shop.stock.reserved.v2":         "stock.reserved",
+		"shop.parcel.handed_over.v10":                "parcel.handed_over",
+		"car.upgraded":                               "",
+		"io.tripsaga.hotel.held":                     "",
+		"hotel.held.v1":                              "",
+		"io.tripsaga.hotel..v1":                      "",
+		"io.tripsaga.hotel.held.v":                   "",
+		"io.tripsaga.hotel.held.vx":                  "",
+		"io.tripsaga.hotel.*.v1":                     "",
+		"io.tripsaga.hotel.held >.v1":                "",
+		"":                                           "",
+	} {
+		if got := Kind(typ); got != want {
+			t.Errorf("Kind(%q) = %q, want %q", typ, got, want)
+		}
+	}
 }

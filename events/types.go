@@ -17,7 +17,7 @@ import (
 	"strings"
 )
 
-// Event types. The part between "io.tripsaga." and ".v1" is the event's kind,
+// Event types. The part between "io.tripsaga." and ".v1" is the event's kind ([Kind]),
 // which is also the prefix of its NATS subject.
 const (
 	TripRequested = "io.tripsaga.trip.requested.v1"
@@ -70,18 +70,31 @@ const (
 // "deadletter.<stream>.<consumer>".
 const DeadLetterSubjectPrefix = "deadletter"
 
-// Kind returns the kind of an event type ("hotel.held" for
-// "io.tripsaga.hotel.held.v1"), or "" if typ is not of that shape.
+// Kind returns the kind of an event type, the two names before its
+// version: "hotel.held" of "io.tripsaga.hotel.held.v1". A type is a
+// reverse-DNS prefix of its producer's choosing (the trip's is
+// "io.tripsaga"; a shop saga's could be "com.example.shop"; CloudEvents
+// spec, "type": SHOULD be prefixed with a reverse-DNS name), then
+// <entity>.<happening>.v<major>; the kind is also the first two tokens of
+// the event's NATS subject. Kind returns "" if typ is not of that shape:
+// fewer than four names, an empty one, a name with a character a NATS
+// subject token cannot hold ("*", ">", white space), or no v<digits> last.
 func Kind(typ string) string {
-	s, ok := strings.CutPrefix(typ, "io.tripsaga.")
-	if !ok {
+	names := strings.Split(typ, ".")
+	n := len(names)
+	if n < 4 {
 		return ""
 	}
-	i := strings.LastIndex(s, ".v")
-	if i <= 0 {
+	for _, s := range names {
+		if s == "" || strings.ContainsAny(s, "*> \t\r\n") {
+			return ""
+		}
+	}
+	v := names[n-1]
+	if len(v) < 2 || v[0] != 'v' || strings.Trim(v[1:], "0123456789") != "" {
 		return ""
 	}
-	return s[:i]
+	return names[n-3] + "." + names[n-2]
 }
 
 // Subject returns the NATS subject of an event of type typ about trip:

@@ -152,8 +152,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	case cfg.Stream != "" && streams[cfg.Stream] == nil:
 		return res, fmt.Errorf("%w: %s does not read stream %s (it reads %s)", ErrInvalid, cfg.Consumer, cfg.Stream, strings.Join(sortedKeys(streams), ", "))
 	}
-	if cfg.Type != "" && !strings.HasPrefix(cfg.Type, "io.tripsaga.") {
-		cfg.Type = "io.tripsaga." + cfg.Type + ".v1"
+	if cfg.Type != "" && events.Kind(cfg.Type) == "" {
+		// A kind ("hotel.held"): the consumer's type of that kind.
+		for _, t := range cfg.Catalogue.Consumes(cfg.Consumer) {
+			if events.Kind(t) == cfg.Type {
+				cfg.Type = t
+				break
+			}
+		}
 	}
 	if cfg.Type != "" && !slices.Contains(cfg.Catalogue.Consumes(cfg.Consumer), cfg.Type) {
 		return res, fmt.Errorf("%w: %s does not consume %s", ErrInvalid, cfg.Consumer, cfg.Type)
