@@ -114,11 +114,17 @@ type Catalogue struct {
 	Projections []Projection
 	// Operator declares the operators' actions (see [Operator]).
 	Operator Operator
+	// Start is the event type that starts a saga of the catalogue (the
+	// trip's trip.requested): its publisher took the saga, and a step
+	// service checks a trigger from another step service against it
+	// (saga.OriginFunc). Empty: no such check is possible.
+	Start string
 }
 
 // Default is the trip saga: hotel (compensable) -> payment (compensable) ->
 // car (pivot) -> confirm -> mail (forward-only).
 var Default = Catalogue{ //nolint:gochecknoglobals // read-only declaration
+	Start: TripRequested,
 	Types: []EventType{
 		{TripRequested, "trips", StreamTrips, "TripRequestedData", "a traveler asked for a trip"},
 		{TripConfirmed, "trips", StreamTrips, "TripSettledData", "every step is done"},

@@ -36,8 +36,10 @@ var queries = dbsqlc.New() //nolint:gochecknoglobals // stateless
 // relays' claims for RelayConfig.LocalGrace); otherwise Write wakes the
 // relays (pg_notify is delivered at commit). Each event must
 // be valid (CloudEvents required attributes), of a type with a kind
-// (events.Kind) whose NATS subject a stream of events.Default holds, and
-// have the trip id as subject; otherwise Write returns an error wrapping
+// (events.Kind) whose NATS subject a stream holds (of that relay's
+// RelayConfig.Catalogue, else of events.Full(), the trip's; see
+// [Relay.Write] for a saga of its own), and have the saga's id as
+// subject; otherwise Write returns an error wrapping
 // events.ErrInvalidEvent and the caller should roll back (JetStream would
 // refuse an event no stream holds, and it would never be published).
 //
@@ -45,13 +47,30 @@ var queries = dbsqlc.New() //nolint:gochecknoglobals // stateless
 // of ctx's) and each event that carries no traceparent yet is stored with
 // that span's trace context (the CloudEvents distributed-tracing extension,
 // ce-traceparent and ce-tracestate), so its consumers' spans join the trace.
-func Write(ctx context.Context, tx pgx.Tx, evs ...event.Event) (err error) {
+func Write(ctx context.Context, tx pgx.Tx, evs ...event.Event) error {
+	relay := localRelay(ctx)
+	streams := events.Full()
+	if relay != nil {
+		streams = relay.cfg.Catalogue
+	}
+	return write(ctx, tx, relay, streams, evs)
+}
+
+// Write is [Write] checked against the relay's own streams
+// (RelayConfig.Catalogue) whatever ctx holds: a saga other than the trip
+// writes its events with its relay.
+func (r *Relay) Write(ctx context.Context, tx pgx.Tx, evs ...event.Event) error {
+	return write(ctx, tx, localRelay(ctx), r.cfg.Catalogue, evs)
+}
+
+// write stores evs in tx's outbox, each checked against the streams of
+// catalogue streams; relay, when not nil, publishes them after commit.
+func write(ctx context.Context, tx pgx.Tx, relay *Relay, streams events.Catalogue, evs []event.Event) (err error) {
 	if len(evs) > 0 && tracing.Enabled() {
 		var span trace.Span
 		ctx, span = startWrite(ctx, evs)
 		defer func() { tracing.End(span, err) }()
 	}
-	relay := localRelay(ctx)
 	var delay float64
 	var local []localEvent
 	if relay != nil {
@@ -67,10 +86,10 @@ func Write(ctx context.Context, tx pgx.Tx, evs ...event.Event) (err error) {
 		if err != nil {
 			return fmt.Errorf("outbox: event %s: %w", e.ID(), err)
 		}
-		// Any version's streams (events.Full), not only this process's
-		// STEPS: the insurer goes on finishing the trips of a version
-		// with insurance after STEPS turned it off.
-		if _, ok := events.Full().StreamOf(subject); !ok {
+		// Any version's streams (the trip's events.Full), not only this
+		// process's STEPS: the insurer goes on finishing the trips of a
+		// version with insurance after STEPS turned it off.
+		if _, ok := streams.StreamOf(subject); !ok {
 			return fmt.Errorf("outbox: event %s: %w: no stream of the catalogue holds subject %q", e.ID(), events.ErrInvalidEvent, subject)
 		}
 		h, err := events.EncodeHeaders(e)

@@ -99,6 +99,13 @@ type RelayConfig struct {
 	Logger *slog.Logger
 	// Registerer, when set, receives the relay's Prometheus metrics.
 	Registerer prometheus.Registerer
+	// Catalogue declares the streams of the events written with this
+	// relay ([Relay.Write], or [Write] in a context of [WithAfterCommit]
+	// with it): every event type any version of the saga may publish (a
+	// family's Union; the trip's is events.Full()). An event whose NATS
+	// subject none of its streams holds is refused at Write, since
+	// JetStream would refuse it for ever. Defaults to events.Full().
+	Catalogue events.Catalogue
 
 	// beforeMark, in tests, runs after publishing and before marking rows;
 	// an error aborts the transaction as a crash there would.
@@ -106,6 +113,9 @@ type RelayConfig struct {
 }
 
 func (c *RelayConfig) setDefaults() {
+	if len(c.Catalogue.Types) == 0 {
+		c.Catalogue = events.Full()
+	}
 	if c.BatchSize == 0 {
 		c.BatchSize = RelayBatchSizeDefault
 	}

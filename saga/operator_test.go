@@ -189,7 +189,7 @@ func TestServiceCarriesOutTheActionsNamingIt(t *testing.T) {
 	_, _, js := testenv.JetStream(t)
 	require.NoError(t, events.EnsureStreams(ctx, js, events.Default))
 	svc, err := saga.NewService(saga.ServiceConfig{
-		Pool: b.pool, JetStream: js, Catalogue: events.Default, Spec: hotel.Spec(b.hotelURL), Build: saga.Builder(hotel.Build), Timing: fast,
+		Pool: b.pool, JetStream: js, Catalogue: events.Default, Family: events.TripVersions(), Spec: hotel.Spec(b.hotelURL), Build: saga.Builder(hotel.Build), Timing: fast,
 	})
 	require.NoError(t, err)
 	rctx, cancel := context.WithCancel(ctx)

@@ -51,7 +51,7 @@ func TestOriginLostByItsStream(t *testing.T) {
 		return asJSON(t, req), nil
 	}
 	svc, err := saga.NewService(saga.ServiceConfig{
-		Pool: b.pool, JetStream: js, Catalogue: events.Default, Spec: payment.Spec(paymentsURL), Build: saga.Builder(payment.Build), Timing: fast,
+		Pool: b.pool, JetStream: js, Catalogue: events.Default, Family: events.TripVersions(), Spec: payment.Spec(paymentsURL), Build: saga.Builder(payment.Build), Timing: fast,
 		Origin: origin, OriginGrace: time.Hour,
 	})
 	require.NoError(t, err)

@@ -60,6 +60,11 @@ type Config struct {
 	// whose trip has no trip.requested (an orphan no trip owns); nil
 	// refuses it as for any done step. See [ServiceConfig.Origin].
 	Origin OriginFunc
+	// Family, when set, is every catalogue of the saga by version
+	// ([ServiceConfig.Family]): a pivot Spec is undone in a saga whose
+	// version's catalogue makes its step compensable (the car in
+	// hotel,car,payment). Nil: a pivot Spec is never undone.
+	Family events.Family
 }
 
 // Runner executes one step from its step log.
@@ -140,6 +145,16 @@ func New(cfg Config) (*Runner, error) {
 		}
 	}
 	return r, nil
+}
+
+// write stores evs in the outbox inside tx: with the process's relay
+// (Config.Relay), checked against its saga's streams, else
+// outbox.Write's.
+func (r *Runner) write(ctx context.Context, tx pgx.Tx, evs ...event.Event) error {
+	if r.cfg.Relay != nil {
+		return r.cfg.Relay.Write(ctx, tx, evs...)
+	}
+	return outbox.Write(ctx, tx, evs...)
 }
 
 // Key returns the Idempotency-Key of the step for trip: "<trip>:<KeyName>".
@@ -270,7 +285,7 @@ func (r *Runner) RequestUndoOf(ctx context.Context, tx pgx.Tx, trip, version str
 		if err != nil {
 			return err
 		}
-		return outbox.Write(ctx, tx, evs...)
+		return r.write(ctx, tx, evs...)
 	}
 	if err != nil {
 		return fmt.Errorf("saga: undo %s of %s: %w", r.cfg.Spec.Name, trip, err)
@@ -280,15 +295,18 @@ func (r *Runner) RequestUndoOf(ctx context.Context, tx pgx.Tx, trip, version str
 
 // compensableIn reports whether the runner's step has a compensation in
 // a trip of version: a compensable Spec always; a pivot Spec when the
-// version's catalogue (events.CatalogueOf) makes the step compensable
-// and the Spec names its undo's event.
+// version's catalogue (Config.Family) makes the step compensable and the
+// Spec names its undo's event.
 func (r *Runner) compensableIn(version string) bool {
 	switch r.cfg.Spec.Class {
 	case events.Compensable:
 		return true
 	case events.Pivot:
-		c, err := events.CatalogueOf(version)
-		if err != nil || r.cfg.Spec.OnUndone == "" {
+		if r.cfg.Family == nil || r.cfg.Spec.OnUndone == "" {
+			return false
+		}
+		c, err := r.cfg.Family.Of(version)
+		if err != nil {
 			return false
 		}
 		st, ok := c.Step(r.cfg.Spec.Name)
@@ -1006,7 +1024,7 @@ func (r *Runner) inTx(ctx context.Context, claimed dbsqlc.Step, f func(tx pgx.Tx
 	if err := update(ctx, tx, row); err != nil {
 		return err
 	}
-	if err := outbox.Write(ctx, tx, evs...); err != nil {
+	if err := r.write(ctx, tx, evs...); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -1042,7 +1060,7 @@ func (r *Runner) inTxAsClaimed(ctx context.Context, claimed dbsqlc.Step, f func(
 	if !wrote {
 		return false, nil
 	}
-	if err := outbox.Write(ctx, tx, evs...); err != nil {
+	if err := r.write(ctx, tx, evs...); err != nil {
 		return false, err
 	}
 	if err := tx.Commit(ctx); err != nil {

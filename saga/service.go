@@ -65,10 +65,18 @@ func Builder[R Payload](build func(sagaID string, request R) (any, error)) Build
 type ServiceConfig struct {
 	Pool      *pgxpool.Pool
 	JetStream jetstream.JetStream
+	// Catalogue is the saga's catalogue this process runs (the trip's:
+	// its STEPS, events.Selected()).
 	Catalogue events.Catalogue
-	Spec      Spec
-	Build     BuildFunc
-	Timing    Timing
+	// Family is every catalogue an event of the saga may be of, by its
+	// version: each trigger is handled by its own version's, and the
+	// inboxes take what the step needs in any of them. Defaults to
+	// events.Single(Catalogue), a saga of one version; the trip's
+	// services run events.TripVersions().
+	Family events.Family
+	Spec   Spec
+	Build  BuildFunc
+	Timing Timing
 	// Instance names this process among the service's replicas ("" =
 	// $TRIPSAGA_INSTANCE, else "<host>:<service>"); see [Liveness].
 	Instance   string
@@ -144,6 +152,9 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	if cfg.OriginGrace == 0 {
 		cfg.OriginGrace = DefaultOriginGrace()
 	}
+	if cfg.Family == nil {
+		cfg.Family = events.Single(cfg.Catalogue)
+	}
 	step, ok := cfg.Catalogue.Step(cfg.Spec.Name)
 	if !ok {
 		return nil, fmt.Errorf("%w: step %q is not in the catalogue", ErrInvalidConfig, cfg.Spec.Name)
@@ -164,7 +175,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	// What the step may publish in any trip version: its undo's event of
 	// an order where it is compensable (car.canceled) too.
 	var declared []string
-	for _, c := range append(events.Versions(), cfg.Catalogue) {
+	for _, c := range slices.Concat(cfg.Family.All(), []events.Catalogue{cfg.Catalogue}) {
 		if st, ok := c.Step(cfg.Spec.Name); ok {
 			declared = appendNew(declared, st.Publishes...)
 			declared = appendNew(declared, st.UndoEvents()...)
@@ -180,6 +191,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	}
 	relay, err := outbox.NewRelay(outbox.RelayConfig{
 		Pool: cfg.Pool, JetStream: cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer,
+		Catalogue: cfg.Family.Union(),
 		EnsureStreams: func(ctx context.Context) error {
 			n, _ := events.StreamReplicas()
 			return events.EnsureServiceStreams(ctx, cfg.JetStream, cfg.Catalogue, cfg.Spec.Service, n)
@@ -189,7 +201,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		return nil, err
 	}
 	live := NewLiveness(cfg.Pool, cfg.Spec.Service, cfg.Instance, cfg.Logger)
-	r, err := New(Config{Pool: cfg.Pool, Spec: cfg.Spec, Timing: cfg.Timing, Liveness: live, Relay: relay, Logger: cfg.Logger, Registerer: cfg.Registerer, Origin: cfg.Origin})
+	r, err := New(Config{Pool: cfg.Pool, Spec: cfg.Spec, Timing: cfg.Timing, Liveness: live, Relay: relay, Logger: cfg.Logger, Registerer: cfg.Registerer, Origin: cfg.Origin, Family: cfg.Family})
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +216,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	// its compensation's differ between versions (insurance on or off).
 	// Each event is then handled by its trip's catalogue (below).
 	all := []string{}
-	for _, c := range append(events.Versions(), cfg.Catalogue) {
+	for _, c := range slices.Concat(cfg.Family.All(), []events.Catalogue{cfg.Catalogue}) {
 		if st, ok := c.Step(cfg.Spec.Name); ok {
 			all = appendNew(all, st.Trigger...)
 			if st.Compensation != nil {
@@ -236,7 +248,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 				all = append(all, t)
 			}
 			extra[t] = append(extra[t], func(ctx context.Context, tx pgx.Tx, e event.Event) error {
-				cat, err := events.CatalogueOf(events.VersionOf(e))
+				cat, err := cfg.Family.Of(events.VersionOf(e))
 				if err != nil {
 					return fmt.Errorf("%w: %s of trip %s: %w", outbox.ErrPermanent, e.Type(), e.Subject(), err)
 				}
@@ -279,7 +291,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		// started for the first time leaves alone the trips from before
 		// it existed.
 		version := events.VersionOf(e)
-		cat, err := events.CatalogueOf(version)
+		cat, err := cfg.Family.Of(version)
 		if err != nil {
 			return fmt.Errorf("%w: %s of trip %s: %w", outbox.ErrPermanent, e.Type(), e.Subject(), err)
 		}
@@ -291,7 +303,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		}
 		return nil
 	}
-	every := events.Full() // declares every type any version may publish
+	every := cfg.Family.Union() // declares every type any version may publish
 	for stream, filters := range every.Streams(all) {
 		var types []string
 		for _, t := range all {
@@ -361,12 +373,13 @@ func (s *Service) onTrigger(ctx context.Context, tx pgx.Tx, e event.Event, cat e
 }
 
 // fromStepService reports whether events of typ are published, in
-// catalogue c, by another service than the one publishing trip.requested
-// (trips).
+// catalogue c, by another service than the one publishing the saga's
+// start event (c.Start: trips, of trip.requested); false when c declares
+// no start.
 func fromStepService(c events.Catalogue, typ string) bool {
 	et, _ := c.Lookup(typ)
-	origin, _ := c.Lookup(events.TripRequested)
-	return et.Service != origin.Service
+	origin, ok := c.Lookup(c.Start)
+	return ok && et.Service != origin.Service
 }
 
 // Check returns an error when one of the service's inboxes fails

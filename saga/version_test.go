@@ -81,7 +81,7 @@ func TestATripKeepsItsVersion(t *testing.T) {
 		// The hotel runs the default STEPS (no insurance) and still
 		// serves trips of the version with insurance, and the other way.
 		svc, err := saga.NewService(saga.ServiceConfig{
-			Pool: b.pool, JetStream: js, Catalogue: events.Default, Spec: hotel.Spec(b.hotelURL), Build: saga.Builder(hotel.Build), Timing: fast,
+			Pool: b.pool, JetStream: js, Catalogue: events.Default, Family: events.TripVersions(), Spec: hotel.Spec(b.hotelURL), Build: saga.Builder(hotel.Build), Timing: fast,
 		})
 		require.NoError(t, err)
 		runService(t, svc)
@@ -147,7 +147,7 @@ func TestATripKeepsItsVersion(t *testing.T) {
 		spec, err := insurance.Spec(events.Full(), insurerURL)
 		require.NoError(t, err)
 		svc, err := saga.NewService(saga.ServiceConfig{
-			Pool: ipool, JetStream: js, Catalogue: events.Full(), Spec: spec, Build: saga.Builder(insurance.Build), Timing: fast,
+			Pool: ipool, JetStream: js, Catalogue: events.Full(), Family: events.TripVersions(), Spec: spec, Build: saga.Builder(insurance.Build), Timing: fast,
 		})
 		require.NoError(t, err)
 		runService(t, svc)
@@ -171,7 +171,7 @@ func TestATripKeepsItsVersion(t *testing.T) {
 		_, _, js := testenv.JetStream(t)
 		require.NoError(t, events.EnsureStreams(ctx, js, events.Full()))
 		svc, err := saga.NewService(saga.ServiceConfig{
-			Pool: b.pool, JetStream: js, Catalogue: events.Default, Spec: hotel.Spec(b.hotelURL), Build: saga.Builder(hotel.Build), Timing: fast,
+			Pool: b.pool, JetStream: js, Catalogue: events.Default, Family: events.TripVersions(), Spec: hotel.Spec(b.hotelURL), Build: saga.Builder(hotel.Build), Timing: fast,
 		})
 		require.NoError(t, err)
 		runService(t, svc)

@@ -1,7 +1,9 @@
-// Package testenv gives tests the real infrastructure the system runs on: a
-// private PostgreSQL cluster (started once per test binary with the
-// machine's initdb/pg_ctl, or TEST_DATABASE_URL when set) and embedded NATS
-// servers with JetStream. Nothing here is a mock.
+// Package testenv gives the trip's tests the real infrastructure the
+// system runs on: the public test kit (package sagatest: a private
+// PostgreSQL cluster, a database per test, embedded NATS servers with
+// JetStream) with the trip's own on top: its PostgreSQL roles
+// (internal/pgroles), its NATS identities (internal/natsauth) and its
+// streams. Nothing here is a mock.
 //
 // Use it from TestMain:
 //
@@ -12,20 +14,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
-	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -33,93 +27,25 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
-	"github.com/tripsaga/tripsaga/internal/natssync"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
 	"github.com/tripsaga/tripsaga/internal/pgroles"
-	tripsql "github.com/tripsaga/tripsaga/sql"
+	"github.com/tripsaga/tripsaga/sagatest"
 )
 
-var (
-	clusterOnce sync.Once
-	cluster     *pgcluster.Cluster
-	clusterURL  string
-	clusterErr  error
-	clusterDir  string
-	dbCounter   atomic.Int64
-)
-
-// Main runs the tests and then stops the private cluster, if one was started.
-func Main(m *testing.M) {
-	code := m.Run()
-	if cluster != nil {
-		_ = cluster.Stop()
-		_ = os.RemoveAll(clusterDir)
-	}
-	os.Exit(code)
-}
+// Main runs the tests and then stops the private cluster, if one was
+// started ([sagatest.Main]).
+func Main(m *testing.M) { sagatest.Main(m) }
 
 func baseURL(tb testing.TB) string {
 	tb.Helper()
-	clusterOnce.Do(func() {
-		if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
-			clusterURL = u
-			return
-		}
-		dir, err := os.MkdirTemp("", "tripsaga-pg-")
-		if err != nil {
-			clusterErr = err
-			return
-		}
-		clusterDir = dir
-		// The postgres OS user (when run as root) must reach dir/pg; this
-		// folder is ours, so we choose its mode (pgcluster never chmods the
-		// folders above its own).
-		if err := os.Chmod(dir, 0o711); err != nil {
-			clusterErr = err
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cluster, clusterErr = pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg")})
-		if clusterErr == nil {
-			clusterURL = cluster.URL
-		}
-	})
-	if clusterErr != nil {
-		tb.Fatalf("testenv: private PostgreSQL: %v", clusterErr)
-	}
-	return clusterURL
+	return sagatest.AdminURL(tb)
 }
 
 // Postgres creates a fresh, empty database for the calling test and returns
-// its URL. The database is dropped when the test ends.
+// its URL ([sagatest.Postgres]). The database is dropped when the test ends.
 func Postgres(tb testing.TB) string {
 	tb.Helper()
-	base := baseURL(tb)
-	name := fmt.Sprintf("t_%d_%d", os.Getpid(), dbCounter.Add(1))
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		tb.Fatalf("testenv: connect: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		tb.Fatalf("testenv: create database: %v", err)
-	}
-	tb.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), base)
-		if err != nil {
-			return
-		}
-		defer c.Close(context.Background())
-		_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		tb.Fatalf("testenv: %v", err)
-	}
-	u.Path = "/" + name
-	return u.String()
+	return sagatest.Postgres(tb)
 }
 
 var (
@@ -176,86 +102,39 @@ func NATS(tb testing.TB) *server.Server {
 }
 
 // NATSWith is [NATS] with options changed by mod (e.g. a JetStreamMaxStore)
-// before the server starts. It also returns the options, to change and
-// pass to the server's ReloadOptions during a test.
+// before the server starts ([sagatest.NATS]), and the system's identities
+// required (internal/natsauth; see [Connect] and [Creds]) unless mod
+// configured authentication itself. It also returns the options, to
+// change and pass to the server's ReloadOptions during a test.
 func NATSWith(tb testing.TB, mod func(*server.Options)) (*server.Server, *server.Options) {
 	tb.Helper()
-	opts := &server.Options{
-		Host:      "127.0.0.1",
-		Port:      -1,
-		JetStream: true,
-		StoreDir:  tb.TempDir(),
-		NoLog:     true,
-		NoSigs:    true,
-	}
-	// The store's sync policy of every server tripsaga runs; mod may
-	// change it (a test of the default's risk).
-	natssync.Apply(opts)
-	if mod != nil {
-		mod(opts)
-	}
-	// Every client connects as one of the system's identities, with its
-	// permissions (internal/natsauth): see [Connect] and [Creds].
-	creds := identities(tb, opts)
-	s, err := server.NewServer(opts)
-	if err != nil {
-		tb.Fatalf("testenv: nats: %v", err)
-	}
+	var creds string
+	s, opts := sagatest.NATS(tb, func(opts *server.Options) {
+		if mod != nil {
+			mod(opts)
+		}
+		creds = identities(tb, opts)
+	})
 	if creds != "" {
 		credsDirs.Store(s, creds)
 	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		tb.Fatalf("testenv: nats not ready")
-	}
-	tb.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
 	return s, opts
 }
 
 // EventuallyBound is how long [Eventually] waits at most on a quiet
 // machine.
-const EventuallyBound = 60 * time.Second
+const EventuallyBound = sagatest.EventuallyBound
 
-// Eventually polls cond every 20 ms until it returns true or the bounded
-// wait ends, then fails the test with msg. It is a wait for a condition,
-// not a timed assertion: the bound only stops a hung test, so it grows on
-// a busy machine (see [WaitBound]).
+// Eventually polls cond until it returns true or the bounded wait ends,
+// then fails the test with msg ([sagatest.Eventually]).
 func Eventually(tb testing.TB, cond func() bool, msg string, args ...any) {
 	tb.Helper()
-	deadline := time.Now().Add(WaitBound(EventuallyBound))
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	tb.Fatalf("testenv: condition never held: "+msg, args...)
+	sagatest.Eventually(tb, cond, msg, args...)
 }
 
-// WaitBound returns d stretched by how busy the machine is now: by the
-// 1-minute load average per CPU (/proc/loadavg, runtime.NumCPU) over 4,
-// between 1 and 5 times d. The same work takes longer while other jobs
-// take the CPUs; a bound meant only to stop a hung test must not fail one
-// that is merely slow.
-func WaitBound(d time.Duration) time.Duration {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return d
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return d
-	}
-	load, err := strconv.ParseFloat(f[0], 64)
-	if err != nil {
-		return d
-	}
-	scale := min(max(load/float64(runtime.NumCPU())/4, 1), 5)
-	return time.Duration(float64(d) * scale)
-}
+// WaitBound returns d stretched by how busy the machine is now
+// ([sagatest.WaitBound]).
+func WaitBound(d time.Duration) time.Duration { return sagatest.WaitBound(d) }
 
 // SchemaPool creates a fresh database (see [Postgres]), applies the
 // migration sets to schema and returns a pool whose search_path is schema,
@@ -265,7 +144,6 @@ func WaitBound(d time.Duration) time.Duration {
 // when the test ends.
 func SchemaPool(tb testing.TB, schema string, sets ...string) (*pgxpool.Pool, string) {
 	tb.Helper()
-	ctx := context.Background()
 	url := Postgres(tb)
 	// A schema of a service is migrated and reached as its own role
 	// (internal/pgroles), as the service does.
@@ -273,20 +151,7 @@ func SchemaPool(tb testing.TB, schema string, sets ...string) (*pgxpool.Pool, st
 	if r, ok := pgroles.ForSchema(pgroles.Default(), schema); ok {
 		roleURL = Roles(tb, url)[r.Name]
 	}
-	if err := tripsql.Migrate(ctx, roleURL, schema, sets...); err != nil {
-		tb.Fatalf("testenv: migrate: %v", err)
-	}
-	cfg, err := pgxpool.ParseConfig(roleURL)
-	if err != nil {
-		tb.Fatalf("testenv: %v", err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		tb.Fatalf("testenv: pool: %v", err)
-	}
-	tb.Cleanup(pool.Close)
-	return pool, url
+	return sagatest.PoolAt(tb, roleURL, schema, sets...), url
 }
 
 // JetStream starts an embedded server (see [NATS]), connects to it as

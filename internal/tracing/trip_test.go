@@ -79,7 +79,7 @@ func start(t *testing.T) *system {
 	for _, st := range steps {
 		pool, _ := testenv.SchemaPool(t, st.spec.Service, tripsql.SetSaga)
 		svc, err := saga.NewService(saga.ServiceConfig{
-			Pool: pool, JetStream: js, Catalogue: events.Default, Spec: st.spec, Build: st.build,
+			Pool: pool, JetStream: js, Catalogue: events.Default, Family: events.TripVersions(), Spec: st.spec, Build: st.build,
 			Instance: "trace-test:" + st.spec.Service,
 		})
 		require.NoError(t, err)
