@@ -30,6 +30,7 @@ func TestDocsLinks(t *testing.T) {
 	root := filepath.Join("..", "..")
 	pages := docPages(t, root)
 	require.Contains(t, pages, "README.md")
+	require.Contains(t, pages, "docs/README.md")
 	problems := checkLinks(root, pages)
 	for _, p := range problems {
 		t.Error(p)
