@@ -24,8 +24,10 @@ import (
 // image of README.md, the other top-level pages and docs/**/*.md that is
 // not a URL must name a file or folder of the repository, a #fragment on
 // a Markdown page must name one of its headings (GitHub's heading ids),
-// and every page under docs/ must be reachable from README.md by
-// following links.
+// every page under docs/ must be reachable from README.md by following
+// links, and every section (## heading) of a page under docs/ but the
+// contracts must be linked by its id from README.md or docs/README.md, so
+// no section the README used to hold is lost from its index.
 func TestDocsLinks(t *testing.T) {
 	root := filepath.Join("..", "..")
 	pages := docPages(t, root)
@@ -38,8 +40,9 @@ func TestDocsLinks(t *testing.T) {
 }
 
 // TestDocsLinksFindsBrokenLinks proves the checker of TestDocsLinks on a
-// tree made for it: each kind of broken link is reported, and what is
-// fine (URLs, code, a repeated heading's -1 id, a folder, an image) is not.
+// tree made for it: each kind of broken link, a page no link reaches and
+// a section no index links are reported, and what is fine (URLs, code, a
+// repeated heading's -1 id, a folder, an image, a ### subsection) is not.
 func TestDocsLinksFindsBrokenLinks(t *testing.T) {
 	root := t.TempDir()
 	write := func(name, body string) {
@@ -49,7 +52,7 @@ func TestDocsLinksFindsBrokenLinks(t *testing.T) {
 		require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
 	}
 	write("README.md", "# Front\n\n"+
-		"[ok](docs/a.md#the-rules-and-where-they-live) [dir](saga) [img](docs/pic.png)\n"+
+		"[ok](docs/a.md#the-rules-and-where-they-live) [dir](saga) [img](docs/pic.png) [index](docs/README.md)\n"+
 		"[web](https://example.com/x.md) [mail](mailto:a@example.com) `[code](gone.md)`\n\n"+
 		"```\n[fenced](gone.md)\n```\n\n"+
 		"[missing file](docs/gone.md) [missing anchor](docs/a.md#no-such-heading)\n"+
@@ -59,9 +62,11 @@ func TestDocsLinksFindsBrokenLinks(t *testing.T) {
 		"[second twice](#twice-1) [up](../README.md#front) [code file](../saga/x.go#L3)\n")
 	write("docs/pic.png", "png")
 	write("docs/orphan.md", "# Nobody links here\n")
+	write("docs/README.md", "# Index\n\n[b](b.md#linked)\n")
+	write("docs/b.md", "# B\n\n## Linked\n\n## Not linked\n\n### A subsection needs no link\n")
 	write("saga/x.go", "package saga\n")
 
-	got := checkLinks(root, []string{"README.md", "docs/a.md", "docs/orphan.md"})
+	got := checkLinks(root, []string{"README.md", "docs/a.md", "docs/orphan.md", "docs/README.md", "docs/b.md"})
 	require.ElementsMatch(t, []string{
 		`README.md: link "docs/gone.md": no such file or folder`,
 		`README.md: link "docs/a.md#no-such-heading": docs/a.md has no heading with id "no-such-heading"`,
@@ -69,6 +74,9 @@ func TestDocsLinksFindsBrokenLinks(t *testing.T) {
 		`README.md: link "../outside.md": leaves the repository`,
 		`README.md: link "docs/nope.md": no such file or folder`,
 		`docs/orphan.md: not reachable by links from README.md`,
+		`docs/a.md: section #twice is linked from neither README.md nor docs/README.md`,
+		`docs/a.md: section #twice-1 is linked from neither README.md nor docs/README.md`,
+		`docs/b.md: section #not-linked is linked from neither README.md nor docs/README.md`,
 	}, got)
 }
 
@@ -102,15 +110,18 @@ func docPages(t *testing.T, root string) []string {
 
 // mdPage is what checkLinks reads of one Markdown page.
 type mdPage struct {
-	links []string        // every link and image destination, as written
-	ids   map[string]bool // the heading ids GitHub gives its headings
+	links    []string        // every link and image destination, as written
+	ids      map[string]bool // the heading ids GitHub gives its headings
+	sections []string        // the ids of its level-2 headings, in order
 }
 
 // checkLinks reads pages (slash-separated, relative to root) and returns
 // one line per problem: a relative link to a file or folder that does not
 // exist or lies outside root, a #fragment that names no heading of its
-// Markdown target, and a page under docs/ that no chain of links from
-// README.md reaches. Links with a scheme (https:, mailto:) are not
+// Markdown target, a page under docs/ that no chain of links from
+// README.md reaches, and a section (## heading) of a page under docs/
+// (but the contracts and the index itself) that neither README.md nor
+// docs/README.md links by its id. Links with a scheme (https:, mailto:) are not
 // followed; links in code spans and code blocks are not links.
 func checkLinks(root string, pages []string) []string {
 	md := goldmark.New(goldmark.WithExtensions(extension.GFM))
@@ -176,6 +187,29 @@ func checkLinks(root string, pages []string) []string {
 			problems = append(problems, fmt.Sprintf("%s: not reachable by links from README.md", name))
 		}
 	}
+	indexed := map[string]bool{} // page#id linked from an index
+	for _, index := range []string{"README.md", "docs/README.md"} {
+		page, ok := read[index]
+		if !ok {
+			continue
+		}
+		for _, dest := range page.links {
+			if target, ok, _ := resolveLink(root, index, dest); ok {
+				indexed[target] = true
+			}
+		}
+	}
+	for _, name := range pages {
+		page, ok := read[name]
+		if !ok || !strings.HasPrefix(name, "docs/") || strings.HasPrefix(name, "docs/contracts/") || name == "docs/README.md" {
+			continue
+		}
+		for _, id := range page.sections {
+			if !indexed[name+"#"+id] {
+				problems = append(problems, fmt.Sprintf("%s: section #%s is linked from neither README.md nor docs/README.md", name, id))
+			}
+		}
+	}
 	return problems
 }
 
@@ -223,13 +257,16 @@ func parsePage(md goldmark.Markdown, src []byte) *mdPage {
 		case *ast.Image:
 			page.links = append(page.links, string(n.Destination))
 		case *ast.Heading:
-			id := headingID(plainText(n, src))
-			if k := seen[id]; k > 0 {
-				page.ids[fmt.Sprintf("%s-%d", id, k)] = true
-			} else {
-				page.ids[id] = true
+			base := headingID(plainText(n, src))
+			id := base
+			if k := seen[base]; k > 0 {
+				id = fmt.Sprintf("%s-%d", base, k)
 			}
-			seen[id]++
+			seen[base]++
+			page.ids[id] = true
+			if n.Level == 2 {
+				page.sections = append(page.sections, id)
+			}
 		}
 		return ast.WalkContinue, nil
 	})
