@@ -343,17 +343,20 @@ func TestComposeFile(t *testing.T) {
 	}
 }
 
-// TestDocsStateMaxDeliver (issue 7 item 17): the README says exactly how
+// TestDocsStateMaxDeliver (issue 7 item 17): the docs say exactly how
 // MaxDeliver works: the inbox parks at its MaxDeliver while the server
-// consumer has MaxDeliver -1.
+// consumer has MaxDeliver -1. The inbox rule lives in
+// docs/how-it-works.md ("The rules, and where they live"), which the
+// README's front page links.
 func TestDocsStateMaxDeliver(t *testing.T) {
-	readme := readRepoFile(t, "README.md")
+	const page = "docs/how-it-works.md"
+	doc := readRepoFile(t, page)
 	for _, want := range []string{
 		"`MaxDeliver` -1",
 		"delivery " + strconv.Itoa(outbox.InboxMaxDeliverDefault),
 	} {
-		if !strings.Contains(readme, want) {
-			t.Errorf("README.md does not say %q", want)
+		if !strings.Contains(doc, want) {
+			t.Errorf("%s does not say %q", page, want)
 		}
 	}
 }
