@@ -2,20 +2,15 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"math"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
@@ -192,22 +187,6 @@ type Relay struct {
 	marked  chan struct{}
 }
 
-// localEvent is an event Write stored, handed to the writer's relay.
-type localEvent struct {
-	id, subject string
-	headers     map[string]string
-	data        []byte
-	// trace is the span context of the Write that stored it (invalid when
-	// tracing is off).
-	trace trace.SpanContext
-}
-
-type localPending struct {
-	id, subject string
-	f           jetstream.PubAckFuture
-	span        trace.Span // the publish span, ended at the PubAck
-}
-
 // startPublish starts the span of one event's publish (kind producer,
 // "outbox publish <subject>") as a child of parent, the span context of the
 // event's producer (see Write); a no-op span while tracing is off.
@@ -222,16 +201,6 @@ func startPublish(parent trace.SpanContext, id, subject, mode string) trace.Span
 	return span
 }
 
-// parentOfHeaders is the span context of an outbox row's event: its
-// ce-traceparent and ce-tracestate headers.
-func parentOfHeaders(h map[string]string) trace.SpanContext {
-	tp, ts := events.TraceContextOfHeaders(h)
-	if tp == "" {
-		return trace.SpanContext{}
-	}
-	return trace.SpanContextFromContext(tracing.WithParent(context.Background(), tp, ts))
-}
-
 type relayMetrics struct {
 	published, quarantined prometheus.Counter
 	// lost counts, by stream, published events the verify found lost;
@@ -241,14 +210,6 @@ type relayMetrics struct {
 	// failures counts failed publish attempts by Cause.
 	failures *prometheus.CounterVec
 }
-
-// relayMarkGather is how long acked local events gather before one
-// statement marks them.
-const relayMarkGather = 20 * time.Millisecond
-
-// relayBackoffMin is a failed row's first backoff; it doubles per failure
-// up to RelayConfig.BackoffMax.
-const relayBackoffMin = 100 * time.Millisecond
 
 // NewRelay returns a relay. It returns an error wrapping [ErrInvalidConfig]
 // for a bad cfg.
@@ -423,346 +384,5 @@ func unwrapJoin(err error) []error {
 	return []error{err}
 }
 
-func (r *Relay) listen(ctx context.Context) {
-	for ctx.Err() == nil {
-		err := r.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		r.cfg.Logger.Warn("outbox relay LISTEN lost; polling meanwhile", "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-func (r *Relay) listenOnce(ctx context.Context) error {
-	conn, err := r.cfg.Pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "LISTEN "+quoteIdent(r.channel)); err != nil {
-		return err
-	}
-	defer func() {
-		// Leave the pooled connection clean.
-		_, _ = conn.Exec(context.Background(), "UNLISTEN *")
-	}()
-	r.Wake() // rows written while we were not listening
-	for {
-		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
-			return err
-		}
-		r.Wake()
-	}
-}
-
 // service names the relay's service in fault points: its schema.
 func (r *Relay) service() string { return strings.TrimPrefix(r.channel, "outbox_") }
-
-func quoteIdent(s string) string {
-	out := []byte{'"'}
-	for i := 0; i < len(s); i++ {
-		if s[i] == '"' {
-			out = append(out, '"')
-		}
-		out = append(out, s[i])
-	}
-	return string(append(out, '"'))
-}
-
-// errNoPubAck is a publish whose PubAck did not come before AckTimeout.
-var errNoPubAck = errors.New("outbox: no PubAck before AckTimeout")
-
-// PublishBatch claims up to BatchSize due rows in one transaction,
-// publishes them asynchronously, waits for their PubAcks (at most
-// AckTimeout) and, in that transaction, marks every acked row published
-// with one statement (a duplicate PubAck is success), whatever happened to
-// the others. A row the server refused for what it is ([CauseRefused])
-// gets a backoff and is quarantined after MaxAttempts refusals; a row that
-// failed for the server's state (an outage: storage, limits, no stream, no
-// leader, timeout, no connection) gets a backoff and is never counted
-// towards quarantine. It returns how many rows it claimed, and an error
-// naming the causes when rows failed for an outage (rows were still marked)
-// or when the batch itself failed (nothing marked; the next batch
-// re-publishes and the duplicate window drops what got through).
-func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
-	tx, err := r.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	rows, err := queries.OutboxClaimBatch(ctx, tx, int32(r.cfg.BatchSize))
-	if err != nil {
-		return 0, fmt.Errorf("claim: %w", err)
-	}
-	if len(rows) == 0 {
-		return 0, nil
-	}
-	type pending struct {
-		row  dbsqlc.OutboxClaimBatchRow
-		f    jetstream.PubAckFuture
-		ack  *jetstream.PubAck
-		err  error
-		span trace.Span
-	}
-	ps := make([]pending, len(rows))
-	for i, row := range rows {
-		ps[i].row = row
-		var h map[string]string
-		if err := json.Unmarshal(row.Headers, &h); err != nil {
-			ps[i].err = fmt.Errorf("%w: headers: %w", errBadRow, err)
-			continue
-		}
-		msg := &nats.Msg{Subject: row.NatsSubject, Data: row.Data, Header: nats.Header{}}
-		for k, v := range h {
-			msg.Header[k] = []string{v}
-		}
-		if tracing.Enabled() {
-			ps[i].span = startPublish(parentOfHeaders(h), row.EventID, row.NatsSubject, "batch")
-		}
-		ps[i].f, ps[i].err = r.cfg.JetStream.PublishMsgAsync(msg, jetstream.WithMsgID(row.EventID))
-	}
-	if tracing.Enabled() {
-		defer func() {
-			for i := range ps {
-				if ps[i].span != nil {
-					tracing.End(ps[i].span, ps[i].err)
-				}
-			}
-		}()
-	}
-	deadline := time.NewTimer(r.cfg.AckTimeout)
-	defer deadline.Stop()
-	expired := false
-	for i := range ps {
-		p := &ps[i]
-		if p.err != nil {
-			continue
-		}
-		if !expired {
-			select {
-			case p.ack = <-p.f.Ok():
-				continue
-			case err := <-p.f.Err():
-				p.err = err
-				continue
-			case <-deadline.C:
-				expired = true
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			}
-		}
-		// Past the deadline: take what has arrived, the rest timed out.
-		select {
-		case p.ack = <-p.f.Ok():
-		case err := <-p.f.Err():
-			p.err = err
-		default:
-			p.err = errNoPubAck
-		}
-	}
-	var ok dbsqlc.OutboxMarkPublishedParams
-	var outage dbsqlc.OutboxMarkOutageParams
-	outages := map[Cause]int{}
-	var refused []*pending
-	for i := range ps {
-		p := &ps[i]
-		if p.err == nil {
-			ok.Ids = append(ok.Ids, p.row.ID)
-			ok.Streams = append(ok.Streams, p.ack.Stream)
-			ok.Seqs = append(ok.Seqs, int64(p.ack.Sequence))
-			continue
-		}
-		c := Classify(p.err)
-		r.m.failures.WithLabelValues(string(c)).Inc()
-		if !c.Outage() {
-			refused = append(refused, p)
-			continue
-		}
-		outages[c]++
-		outage.Ids = append(outage.Ids, p.row.ID)
-		outage.Causes = append(outage.Causes, string(c))
-		outage.Errors = append(outage.Errors, p.err.Error())
-	}
-	if r.cfg.beforeMark != nil {
-		if err := r.cfg.beforeMark(); err != nil {
-			return 0, err
-		}
-	}
-	if err := fault.HitAny(ctx, fault.At(r.service(), "relay", fault.AfterPublish), len(ps), func(i int) string { return fault.TripOfSubject(ps[i].row.NatsSubject) }); err != nil {
-		return 0, err
-	}
-	if len(ok.Ids) > 0 {
-		if err := queries.OutboxMarkPublished(ctx, tx, ok); err != nil {
-			return 0, fmt.Errorf("mark published: %w", err)
-		}
-	}
-	if len(outage.Ids) > 0 {
-		outage.BackoffMinSeconds = relayBackoffMin.Seconds()
-		outage.BackoffMaxSeconds = r.cfg.BackoffMax.Seconds()
-		if err := queries.OutboxMarkOutage(ctx, tx, outage); err != nil {
-			return 0, fmt.Errorf("mark outage: %w", err)
-		}
-	}
-	quarantined := 0
-	for _, p := range refused {
-		backoff := math.Min(relayBackoffMin.Seconds()*math.Pow(2, float64(p.row.Attempts)), r.cfg.BackoffMax.Seconds())
-		q, err := queries.OutboxMarkRefused(ctx, tx, dbsqlc.OutboxMarkRefusedParams{
-			ID: p.row.ID, LastError: new(p.err.Error()), BackoffSeconds: backoff, MaxAttempts: int32(r.cfg.MaxAttempts),
-		})
-		if err != nil {
-			return 0, fmt.Errorf("mark refused: %w", err)
-		}
-		if q {
-			quarantined++
-			r.cfg.Logger.Error("outbox event quarantined: the server refused it MaxAttempts times; re-drive it with `tripsaga outbox redrive` once the cause is fixed",
-				"event_id", p.row.EventID, "subject", p.row.NatsSubject, "attempts", p.row.Attempts+1, "err", p.err)
-		} else {
-			r.cfg.Logger.Warn("outbox event refused by the server; will retry", "event_id", p.row.EventID, "subject", p.row.NatsSubject, "attempt", p.row.Attempts+1, "err", p.err, "backoff_s", backoff)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		// A failed COMMIT may have committed: rows are re-read next time and
-		// a re-publish is dropped by the duplicate window.
-		return 0, fmt.Errorf("commit: %w", err)
-	}
-	r.m.published.Add(float64(len(ok.Ids)))
-	r.m.quarantined.Add(float64(quarantined))
-	if len(outages) > 0 {
-		var errs []error
-		for _, c := range slices.Sorted(maps.Keys(outages)) {
-			for _, p := range ps {
-				if p.err != nil && Classify(p.err) == c {
-					errs = append(errs, &OutageError{Cause: c, Events: outages[c], Err: p.err})
-					break
-				}
-			}
-		}
-		return len(rows), errors.Join(errs...)
-	}
-	return len(rows), nil
-}
-
-// OutageError is returned by [Relay.PublishBatch] when Events rows of the
-// batch could not be published for an outage of cause Cause (Err is the
-// first such row's error). Those rows wait with a backoff; the others of
-// the batch were handled.
-type OutageError struct {
-	Cause  Cause
-	Events int
-	Err    error
-}
-
-func (e *OutageError) Error() string {
-	return fmt.Sprintf("outbox: %d events not published (outage: %s): %v", e.Events, e.Cause, e.Err)
-}
-
-func (e *OutageError) Unwrap() error { return e.Err }
-
-// publishLocal publishes events stored by a transaction that has just
-// committed, without claiming their rows; awaitLocal takes their PubAcks
-// and markLocal marks them. An event that fails here is left to the claims
-// of every relay once RelayConfig.LocalGrace has passed.
-func (r *Relay) publishLocal(evs []localEvent) {
-	for _, e := range evs {
-		msg := &nats.Msg{Subject: e.subject, Data: e.data, Header: make(nats.Header, len(e.headers)+1)}
-		for k, v := range e.headers {
-			msg.Header[k] = []string{v}
-		}
-		var span trace.Span = noop.Span{}
-		if e.trace.IsValid() {
-			span = startPublish(e.trace, e.id, e.subject, "local")
-		}
-		f, err := r.cfg.JetStream.PublishMsgAsync(msg, jetstream.WithMsgID(e.id))
-		if err != nil {
-			r.m.failures.WithLabelValues(string(Classify(err))).Inc()
-			r.cfg.Logger.Debug("outbox: local publish failed; the relay's claim publishes it later", "event_id", e.id, "err", err)
-			tracing.End(span, err)
-			continue
-		}
-		select {
-		case r.acks <- localPending{id: e.id, subject: e.subject, f: f, span: span}:
-		default:
-			// Too many waiting for PubAcks: the claims publish it later.
-			span.End()
-		}
-	}
-}
-
-func (r *Relay) awaitLocal(ctx context.Context) {
-	timer := time.NewTimer(r.cfg.AckTimeout)
-	defer timer.Stop()
-	for {
-		var p localPending
-		select {
-		case <-ctx.Done():
-			return
-		case p = <-r.acks:
-		}
-		timer.Reset(r.cfg.AckTimeout)
-		select {
-		case <-ctx.Done():
-			p.span.End()
-			return
-		case ack := <-p.f.Ok():
-			p.span.End()
-			if fault.Hit(ctx, fault.At(r.service(), "relay", fault.AfterPublish), fault.TripOfSubject(p.subject)) != nil {
-				continue // as if the mark failed: claimed after LocalGrace, re-published, deduplicated
-			}
-			r.markMu.Lock()
-			r.toMark.EventIds = append(r.toMark.EventIds, p.id)
-			r.toMark.Streams = append(r.toMark.Streams, ack.Stream)
-			r.toMark.Seqs = append(r.toMark.Seqs, int64(ack.Sequence))
-			r.markMu.Unlock()
-			select {
-			case r.marked <- struct{}{}:
-			default:
-			}
-		case err := <-p.f.Err():
-			r.m.failures.WithLabelValues(string(Classify(err))).Inc()
-			r.cfg.Logger.Debug("outbox: local publish failed; the relay's claim publishes it later", "event_id", p.id, "err", err)
-			tracing.End(p.span, err)
-		case <-timer.C:
-			r.m.failures.WithLabelValues(string(CauseTimeout)).Inc()
-			tracing.End(p.span, errNoPubAck)
-		}
-	}
-}
-
-// markLocal marks acked events published, all that have gathered in one
-// statement, one statement at a time: under load one UPDATE marks many.
-func (r *Relay) markLocal(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.marked:
-		}
-		// Let acks gather: under load one statement marks many rows.
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(relayMarkGather):
-		}
-		r.markMu.Lock()
-		ids := r.toMark
-		r.toMark = dbsqlc.OutboxMarkPublishedByEventIDParams{}
-		r.markMu.Unlock()
-		if len(ids.EventIds) == 0 {
-			continue
-		}
-		if err := queries.OutboxMarkPublishedByEventID(ctx, r.cfg.Pool, ids); err != nil {
-			// Left unmarked, the rows are claimed after LocalGrace and
-			// re-published; the duplicate window drops the copies.
-			if ctx.Err() == nil {
-				r.cfg.Logger.Warn("outbox: cannot mark published events; they will be re-published and deduplicated", "events", len(ids.EventIds), "err", err)
-			}
-			continue
-		}
-		r.m.published.Add(float64(len(ids.EventIds)))
-	}
-}

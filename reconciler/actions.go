@@ -3,16 +3,13 @@ package reconciler
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -177,100 +174,6 @@ func (o *Operator) carryOut(ctx context.Context, tx pgx.Tx, e event.Event) error
 	}
 	o.log.Info("reconciler: dead letter re-driven into the projection", "seq", d.DeadLetter.Seq, "duplicate", dup, "operator", d.Operator)
 	return nil
-}
-
-// Register mounts the write side on mux:
-//
-//	POST /api/actions           an action (ActionRequest); Authorization: Bearer <OPERATOR_TOKEN>, Idempotency-Key
-//	GET  /api/actions           JSON {"items":[event...]}: recorded actions, newest first; ?trip= one trip's; ?limit= (default 100)
-//	GET  /api/deadletters       JSON {"items":[DeadLetter...]}: the parked events, oldest first (the newest 1000)
-//	GET  /api/deadletters/{seq} JSON DeadLetter; 404 problem+json if there is none
-func (o *Operator) Register(mux *http.ServeMux) {
-	mux.HandleFunc("POST /api/actions", o.serveAction)
-	mux.HandleFunc("GET /api/actions", o.serveActions)
-	mux.HandleFunc("GET /api/deadletters", o.serveDeadLetters)
-	mux.HandleFunc("GET /api/deadletters/{seq}", o.serveDeadLetter)
-}
-
-// authorized compares the bearer token in constant time (of the tokens'
-// sha256, so their lengths do not show either).
-func (o *Operator) authorized(req *http.Request) bool {
-	got, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		return false
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
-	return subtle.ConstantTimeCompare(sum[:], o.token[:]) == 1
-}
-
-func invalid(w http.ResponseWriter, req *http.Request, field, detail string) {
-	app.WriteProblem(w, app.Problem{
-		Type: app.ProblemInvalidInput, Title: "Invalid action", Status: http.StatusBadRequest,
-		Detail: fmt.Sprintf("field %q: %s", field, detail), Instance: req.URL.EscapedPath(),
-		Errors: []events.FieldError{events.FieldErr(field, detail)},
-	})
-}
-
-func (o *Operator) serveAction(w http.ResponseWriter, req *http.Request) {
-	if !o.on {
-		app.WriteProblem(w, app.Problem{Type: ProblemActionsDisabled, Title: "Operator actions are disabled", Status: http.StatusServiceUnavailable,
-			Detail: "the reconciler was started without " + OperatorTokenEnv + "; set it to allow actions (reading needs no token)", Instance: req.URL.EscapedPath()})
-		return
-	}
-	if !o.authorized(req) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="tripsaga operator actions"`)
-		app.WriteProblem(w, app.Problem{Type: ProblemUnauthorized, Title: "A valid operator token is required", Status: http.StatusUnauthorized,
-			Detail: "send Authorization: Bearer <" + OperatorTokenEnv + ">", Instance: req.URL.EscapedPath()})
-		return
-	}
-	key := req.Header.Get("Idempotency-Key")
-	switch {
-	case key == "":
-		invalid(w, req, "Idempotency-Key", "header required: a key of your choosing, sent again with a retried request")
-		return
-	case len(key) > MaxIdempotencyKeyChars || strings.ContainsFunc(key, func(r rune) bool { return r < ' ' || r == 0x7f }):
-		invalid(w, req, "Idempotency-Key", fmt.Sprintf("at most %d characters, no control characters", MaxIdempotencyKeyChars))
-		return
-	}
-	var ar ActionRequest
-	dec := json.NewDecoder(io.LimitReader(req.Body, maxActionBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&ar); err != nil {
-		field, detail := "body", "a JSON object of the action: "+err.Error()
-		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			field, detail = strings.Trim(f, `"`), "unknown field"
-		}
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			field, detail = te.Field, "want a "+te.Type.String()
-		}
-		invalid(w, req, field, detail)
-		return
-	}
-	ev, replayed, err := o.Act(req.Context(), key, ar)
-	var fe *ActionError
-	switch {
-	case errors.As(err, &fe) && fe.Status == http.StatusBadRequest:
-		invalid(w, req, fe.Field, fe.Detail)
-		return
-	case errors.As(err, &fe):
-		app.WriteProblem(w, app.Problem{Type: fe.problemType(), Title: fe.title(), Status: fe.Status, Detail: fe.Detail, Instance: req.URL.EscapedPath()})
-		return
-	case err != nil:
-		app.WriteError(w, req, o.log, "reconciler: action", err)
-		return
-	}
-	body, err := json.Marshal(ev)
-	if err != nil {
-		app.WriteError(w, req, o.log, "reconciler: action", err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
-	}
-	w.WriteHeader(http.StatusAccepted)
-	_, _ = w.Write(append(body, '\n'))
 }
 
 // ActionError is an action refused for what it asks: a field (Status 400,
@@ -492,123 +395,4 @@ func (o *Operator) Actions(ctx context.Context, trip string, limit int) ([]event
 		out = append(out, e)
 	}
 	return out, nil
-}
-
-func (o *Operator) serveActions(w http.ResponseWriter, req *http.Request) {
-	limit := 100
-	if s := req.URL.Query().Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 1000 {
-			invalid(w, req, "limit", "a number from 1 to 1000")
-			return
-		}
-		limit = n
-	}
-	evs, err := o.Actions(req.Context(), req.URL.Query().Get("trip"), limit)
-	if err != nil {
-		app.WriteError(w, req, o.log, "reconciler: actions", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": evs})
-}
-
-// settleable checks a settle (events.ActionSettle) before it is recorded,
-// and returns the name of the step it settles:
-// an outcome of events.SettleOutcomes; a step, when named, that the
-// service owns; never a second settle of one step (a request with the key
-// of the first replays it instead: record answers it); and, for the
-// outcome undone of the service's saga step, that its undo is stuck by the
-// events: its stuck event (payment.refund_stuck; the pivot's
-// car.cancel_stuck, its cancel by key at the deadline) seen, and neither its
-// undone nor its failed event (409 otherwise, naming what was seen). The
-// service checks its step log too (a step not stuck is refused there,
-// and the refusal is its operator log's effect): done and not_done are
-// checked there only, since a forward step's incident shows in no event.
-func (o *Operator) settleable(ctx context.Context, key string, ar ActionRequest) (string, error) {
-	if !slices.Contains(events.SettleOutcomes, ar.Outcome) {
-		return "", bad("outcome", "required for settle: one of "+strings.Join(events.SettleOutcomes, ", ")+" (what a person did outside the system)")
-	}
-	// The trip's own order decides which step the service owns and
-	// whether it has an undo (the car is compensable in a charge-last
-	// trip, the pivot in a default one); STEPS for a trip not seen yet.
-	cat := events.Selected()
-	if v, err := queries.TripViewGet(ctx, o.r.cfg.Pool, ar.Trip); err == nil {
-		if c, err := events.CatalogueOf(v.Version); err == nil {
-			cat = c
-		}
-	}
-	var saga *events.Step
-	for _, st := range cat.Steps {
-		if st.Service != ar.Service {
-			continue
-		}
-		if ar.Step == "" && st.Class != events.ForwardOnly {
-			saga = &st
-			break
-		}
-		if st.Name == ar.Step {
-			saga = &st
-			break
-		}
-	}
-	if saga == nil {
-		if ar.Step != "" {
-			return "", bad("step", fmt.Sprintf("%s owns no step %q", ar.Service, ar.Step))
-		}
-		return "", bad("step", fmt.Sprintf("required: %s owns no saga step, name the one to settle", ar.Service))
-	}
-	if _, err := queries.OperatorActionGetByKey(ctx, o.r.cfg.Pool, key); err == nil {
-		return saga.Name, nil // the same key again: record replays it, or refuses another request
-	} else if !errors.Is(err, pgx.ErrNoRows) {
-		return "", fmt.Errorf("action by key: %w", err)
-	}
-	prev, err := queries.OperatorActionList(ctx, o.r.cfg.Pool, dbsqlc.OperatorActionListParams{TripID: ar.Trip, Max: 1000})
-	if err != nil {
-		return "", fmt.Errorf("actions of %s: %w", ar.Trip, err)
-	}
-	for _, p := range prev {
-		if p.Action != events.ActionSettle || p.Service != ar.Service {
-			continue
-		}
-		var e event.Event
-		var pd events.OperatorActionData
-		if json.Unmarshal(p.Event, &e) != nil || events.DecodeData(e, &pd) != nil || pd.Step != saga.Name {
-			continue
-		}
-		return "", &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
-			"step %s of trip %s was settled already (%s, by %s at %s: %s): a step is settled once",
-			saga.Name, ar.Trip, pd.Outcome, p.Operator, p.CreatedAt.UTC().Format(time.RFC3339), p.Reason)}
-	}
-	if ar.Outcome != events.SettleUndone {
-		return saga.Name, nil
-	}
-	stuck := saga.StuckType() // a compensation's, or the pivot's undo by key at its deadline
-	if stuck == "" {
-		return "", &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
-			"step %s is %s and has no undo: settle it %s or %s", saga.Name, saga.Class, events.SettleDone, events.SettleNotDone)}
-	}
-	v, err := queries.TripViewGet(ctx, o.r.cfg.Pool, ar.Trip)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf("trip %s: no event of it seen, so no undo of it is stuck", ar.Trip)}
-	}
-	if err != nil {
-		return "", fmt.Errorf("trip_view %s: %w", ar.Trip, err)
-	}
-	has := func(typ string) bool { return typ != "" && slices.Contains(v.Seen, events.Kind(typ)) }
-	var undone []string
-	if saga.Compensation != nil {
-		undone = slices.Clone(saga.Compensation.Publishes)
-	}
-	for _, typ := range append(undone, saga.Publishes[len(saga.Publishes)-1]) {
-		if has(typ) {
-			return "", &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
-				"the undo of step %s of trip %s is done already (%s seen): nothing to settle", saga.Name, ar.Trip, events.Kind(typ))}
-		}
-	}
-	if !has(stuck) {
-		return "", &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
-			"the undo of step %s of trip %s is not stuck (no %s seen; seen: %s): settle only an undo that raised its incident, retry_undo calls it now",
-			saga.Name, ar.Trip, events.Kind(stuck), strings.Join(v.Seen, ", "))}
-	}
-	return saga.Name, nil
 }

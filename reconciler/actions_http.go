@@ -1,0 +1,128 @@
+package reconciler
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/app"
+)
+
+// Register mounts the write side on mux:
+//
+//	POST /api/actions           an action (ActionRequest); Authorization: Bearer <OPERATOR_TOKEN>, Idempotency-Key
+//	GET  /api/actions           JSON {"items":[event...]}: recorded actions, newest first; ?trip= one trip's; ?limit= (default 100)
+//	GET  /api/deadletters       JSON {"items":[DeadLetter...]}: the parked events, oldest first (the newest 1000)
+//	GET  /api/deadletters/{seq} JSON DeadLetter; 404 problem+json if there is none
+func (o *Operator) Register(mux *http.ServeMux) {
+	mux.HandleFunc("POST /api/actions", o.serveAction)
+	mux.HandleFunc("GET /api/actions", o.serveActions)
+	mux.HandleFunc("GET /api/deadletters", o.serveDeadLetters)
+	mux.HandleFunc("GET /api/deadletters/{seq}", o.serveDeadLetter)
+}
+
+// authorized compares the bearer token in constant time (of the tokens'
+// sha256, so their lengths do not show either).
+func (o *Operator) authorized(req *http.Request) bool {
+	got, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+	return subtle.ConstantTimeCompare(sum[:], o.token[:]) == 1
+}
+
+func invalid(w http.ResponseWriter, req *http.Request, field, detail string) {
+	app.WriteProblem(w, app.Problem{
+		Type: app.ProblemInvalidInput, Title: "Invalid action", Status: http.StatusBadRequest,
+		Detail: fmt.Sprintf("field %q: %s", field, detail), Instance: req.URL.EscapedPath(),
+		Errors: []events.FieldError{events.FieldErr(field, detail)},
+	})
+}
+
+func (o *Operator) serveAction(w http.ResponseWriter, req *http.Request) {
+	if !o.on {
+		app.WriteProblem(w, app.Problem{Type: ProblemActionsDisabled, Title: "Operator actions are disabled", Status: http.StatusServiceUnavailable,
+			Detail: "the reconciler was started without " + OperatorTokenEnv + "; set it to allow actions (reading needs no token)", Instance: req.URL.EscapedPath()})
+		return
+	}
+	if !o.authorized(req) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tripsaga operator actions"`)
+		app.WriteProblem(w, app.Problem{Type: ProblemUnauthorized, Title: "A valid operator token is required", Status: http.StatusUnauthorized,
+			Detail: "send Authorization: Bearer <" + OperatorTokenEnv + ">", Instance: req.URL.EscapedPath()})
+		return
+	}
+	key := req.Header.Get("Idempotency-Key")
+	switch {
+	case key == "":
+		invalid(w, req, "Idempotency-Key", "header required: a key of your choosing, sent again with a retried request")
+		return
+	case len(key) > MaxIdempotencyKeyChars || strings.ContainsFunc(key, func(r rune) bool { return r < ' ' || r == 0x7f }):
+		invalid(w, req, "Idempotency-Key", fmt.Sprintf("at most %d characters, no control characters", MaxIdempotencyKeyChars))
+		return
+	}
+	var ar ActionRequest
+	dec := json.NewDecoder(io.LimitReader(req.Body, maxActionBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ar); err != nil {
+		field, detail := "body", "a JSON object of the action: "+err.Error()
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			field, detail = strings.Trim(f, `"`), "unknown field"
+		}
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			field, detail = te.Field, "want a "+te.Type.String()
+		}
+		invalid(w, req, field, detail)
+		return
+	}
+	ev, replayed, err := o.Act(req.Context(), key, ar)
+	var fe *ActionError
+	switch {
+	case errors.As(err, &fe) && fe.Status == http.StatusBadRequest:
+		invalid(w, req, fe.Field, fe.Detail)
+		return
+	case errors.As(err, &fe):
+		app.WriteProblem(w, app.Problem{Type: fe.problemType(), Title: fe.title(), Status: fe.Status, Detail: fe.Detail, Instance: req.URL.EscapedPath()})
+		return
+	case err != nil:
+		app.WriteError(w, req, o.log, "reconciler: action", err)
+		return
+	}
+	body, err := json.Marshal(ev)
+	if err != nil {
+		app.WriteError(w, req, o.log, "reconciler: action", err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	w.WriteHeader(http.StatusAccepted)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+func (o *Operator) serveActions(w http.ResponseWriter, req *http.Request) {
+	limit := 100
+	if s := req.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 1000 {
+			invalid(w, req, "limit", "a number from 1 to 1000")
+			return
+		}
+		limit = n
+	}
+	evs, err := o.Actions(req.Context(), req.URL.Query().Get("trip"), limit)
+	if err != nil {
+		app.WriteError(w, req, o.log, "reconciler: actions", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": evs})
+}
