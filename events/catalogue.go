@@ -454,8 +454,8 @@ func (c Catalogue) Validate() error {
 		}
 	}
 	for _, t := range c.Types {
-		if t.Type == TripRequested || t.Type == TripCancellationRequested {
-			published[t.Type] = true // published by the trips API, not a step
+		if (c.Start != "" && t.Type == c.Start) || t.Type == TripRequested || t.Type == TripCancellationRequested {
+			published[t.Type] = true // published by the saga's entry (the trips API), not a step
 		}
 	}
 	for _, t := range c.Types {

@@ -106,7 +106,7 @@ var Forms = map[string]Form{ //nolint:gochecknoglobals // read-only declaration
 
 // ChargeLast is the charge-last order: the money is the pivot, charged
 // only once the hotel is held and the car booked, so a sold-out car never
-// touches the card (README, Choosing the order).
+// touches the card (docs/how-it-works.md, "Choosing the order").
 const ChargeLast = "hotel,car,payment"
 
 // Orders are the declared orders of [Default]'s own steps: Default's

@@ -120,8 +120,8 @@ func CatalogueOf(version string) (Catalogue, error) {
 // optional step on or off, or switching to charge-last and back, needs no
 // order of restarts. Another order of [Default]'s own steps
 // ("payment,hotel,car") is not among them: every service must run it in
-// its own STEPS before the trips service starts trips of it (README,
-// Configuration).
+// its own STEPS before the trips service starts trips of it
+// (docs/operating.md, "Configuration").
 func Versions() []Catalogue {
 	versions.Lock()
 	defer versions.Unlock()

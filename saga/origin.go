@@ -33,19 +33,29 @@ import (
 // step is carried out only when there is none (see [Runner.Operate]).
 type OriginFunc func(ctx context.Context, trip string) (json.RawMessage, error)
 
-// TripsOrigin is the [OriginFunc] that reads the last message on
-// "trip.requested.<trip>" of the TRIPS stream through js (one JetStream
-// get-last-message-by-subject request, $JS.API.STREAM.MSG.GET.TRIPS,
-// after the first call has looked up the stream). A stored
-// trip.requested that cannot be decoded is a permanent error
-// (outbox.ErrPermanent).
-func TripsOrigin(js jetstream.JetStream) OriginFunc {
+// TripsOrigin is the trip's [OriginFunc]: [OriginOf] events.Default,
+// which reads the last message on "trip.requested.<trip>" of the TRIPS
+// stream.
+func TripsOrigin(js jetstream.JetStream) OriginFunc { return OriginOf(js, events.Default) }
+
+// OriginOf is the [OriginFunc] of a saga of catalogue c: it reads, through
+// js, the last message on the subject of c's start event (c.Start) for
+// the saga's id, in the stream c declares for it (one JetStream
+// get-last-message-by-subject request, $JS.API.STREAM.MSG.GET.<stream>,
+// after the first call has looked up the stream), and returns its
+// "request". A stored start event that cannot be decoded, or c without
+// a start event, is a permanent error (outbox.ErrPermanent).
+func OriginOf(js jetstream.JetStream, c events.Catalogue) OriginFunc {
 	var (
 		mu     sync.Mutex
 		stream jetstream.Stream
 	)
+	start, declared := c.Lookup(c.Start)
 	return func(ctx context.Context, trip string) (json.RawMessage, error) {
-		subject, err := events.Subject(events.TripRequested, trip)
+		if !declared {
+			return nil, fmt.Errorf("%w: the catalogue declares no start event (Catalogue.Start %q)", outbox.ErrPermanent, c.Start)
+		}
+		subject, err := events.Subject(start.Type, trip)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", outbox.ErrPermanent, err)
 		}
@@ -53,8 +63,8 @@ func TripsOrigin(js jetstream.JetStream) OriginFunc {
 		s := stream
 		mu.Unlock()
 		if s == nil {
-			if s, err = js.Stream(ctx, events.StreamTrips); err != nil {
-				return nil, fmt.Errorf("saga: stream %s: %w", events.StreamTrips, err)
+			if s, err = js.Stream(ctx, start.Stream); err != nil {
+				return nil, fmt.Errorf("saga: stream %s: %w", start.Stream, err)
 			}
 			mu.Lock()
 			stream = s
@@ -84,24 +94,26 @@ func TripsOrigin(js jetstream.JetStream) OriginFunc {
 	}
 }
 
-// checkOrigin returns nil when the trip.requested (read with origin) of
-// trigger e's trip carries a request equal to req (as JSON values: the
-// same members and values, in any order and spacing); a wrapped
-// outbox.ErrPermanent naming why not when it differs, or when it is
-// missing and e's time is more than grace ago; a transient error when it
-// is missing within grace (the TRIPS stream may have lost it: see
-// [ServiceConfig.OriginGrace]); else origin's error.
-func checkOrigin(ctx context.Context, origin OriginFunc, e event.Event, grace time.Duration, req json.RawMessage) error {
+// checkOrigin returns nil when the start event (read with origin; the
+// trip's trip.requested, declared as start) of trigger e's saga carries a
+// request equal to req (as JSON values: the same members and values, in
+// any order and spacing); a wrapped outbox.ErrPermanent naming why not
+// when it differs, or when it is missing and e's time is more than grace
+// ago; a transient error when it is missing within grace (its stream may
+// have lost it: see [ServiceConfig.OriginGrace]); else origin's error.
+func checkOrigin(ctx context.Context, origin OriginFunc, start events.EventType, e event.Event, grace time.Duration, req json.RawMessage) error {
 	typ, trip := e.Type(), e.Subject()
 	want, err := origin(ctx, trip)
 	if err != nil {
 		return fmt.Errorf("%s of trip %s: origin: %w", typ, trip, err)
 	}
 	if want == nil {
+		kind := events.Kind(start.Type) // "trip.requested": of a trip
+		entity, _, _ := strings.Cut(kind, ".")
 		if age := time.Since(e.Time()); age < grace {
-			return fmt.Errorf("%s: no trip.requested for %s yet, %s after the event: the TRIPS stream may have lost it and the trips service's outbox publishes it again; asking again until %s after the event", typ, trip, age.Round(time.Millisecond), grace)
+			return fmt.Errorf("%s: no %s for %s yet, %s after the event: the %s stream may have lost it and the %s service's outbox publishes it again; asking again until %s after the event", typ, kind, trip, age.Round(time.Millisecond), start.Stream, start.Service, grace)
 		}
-		return fmt.Errorf("%w: %s: no trip.requested for %s: not a trip the trips service took", outbox.ErrPermanent, typ, trip)
+		return fmt.Errorf("%w: %s: no %s for %s: not a %s the %s service took", outbox.ErrPermanent, typ, kind, trip, entity, start.Service)
 	}
 	if diff := requestDiff(want, req); len(diff) > 0 {
 		return fmt.Errorf("%w: %s of trip %s: request differs from the trip's trip.requested: %s", outbox.ErrPermanent, typ, trip, strings.Join(diff, ", "))

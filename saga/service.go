@@ -364,7 +364,8 @@ func (s *Service) onTrigger(ctx context.Context, tx pgx.Tx, e event.Event, cat e
 	// trip the trips service took, with its request unchanged: a step
 	// service's identity can publish its own events with any content.
 	if s.cfg.Origin != nil && fromStepService(cat, e.Type()) {
-		if err := checkOrigin(ctx, s.cfg.Origin, e, s.cfg.OriginGrace, d.Request); err != nil {
+		start, _ := cat.Lookup(cat.Start)
+		if err := checkOrigin(ctx, s.cfg.Origin, start, e, s.cfg.OriginGrace, d.Request); err != nil {
 			return err
 		}
 	}

@@ -17,7 +17,7 @@ import (
 // Network timeouts of every service process, so a silent peer (a
 // partition that sends no reset, a host gone without closing) is noticed
 // within a stated time instead of the OS's two-hour keepalive default.
-// README "Configuration" lists what each bounds.
+// docs/operating.md, "Configuration", lists what each bounds.
 const (
 	// PGConnectTimeout bounds opening a PostgreSQL connection (TCP, TLS,
 	// SCRAM), unless DATABASE_URL sets connect_timeout.

@@ -85,7 +85,7 @@ const (
 	srcStorage  = "NATS docs, JetStream \"Streams\" (StorageType: memory is not persisted across a server restart)"
 	srcMaxAge   = "field notes, JetStream (stream limits can drop messages nobody consumed) and PostgreSQL outbox (\"Inbox retention must outlast the longest redelivery and every replay\")"
 	srcReplicas = "NATS docs, JetStream \"Clustering\" (a stream's replicas are placed on distinct servers of the cluster)"
-	srcMissing  = "README, \"Events, streams and subjects\" (events.EnsureStreams)"
+	srcMissing  = "docs/how-it-works.md, \"Events, streams and subjects\" (events.EnsureStreams)"
 )
 
 // serverAckWaitDefault is what the server stores for an explicit-ack

@@ -143,7 +143,7 @@ func parseRule(text, dir string) (Rule, error) {
 	}
 	r := Rule{Text: text, Point: parts[0]}
 	if !slices.Contains(Points, r.Point) {
-		return Rule{}, fmt.Errorf("unknown point %q (the points are listed in internal/fault and the README: <service>.<step>.<where>, e.g. %s)", r.Point, PaymentChargeAfterCall)
+		return Rule{}, fmt.Errorf("unknown point %q (the points are listed in internal/fault and docs/how-it-works.md, Fault points: <service>.<step>.<where>, e.g. %s)", r.Point, PaymentChargeAfterCall)
 	}
 	action, arg, hasArg := strings.Cut(parts[1], "=")
 	switch {
