@@ -16,6 +16,7 @@ import (
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/sagatest"
 )
 
 // TestAForgedStepEventIsParkedByItsOrigin (a leaked step seed): signed in
@@ -39,7 +40,7 @@ func TestAForgedStepEventIsParkedByItsOrigin(t *testing.T) {
 	forge := func(trip string, req events.TripRequest, at time.Time) {
 		t.Helper()
 		e, err := events.New(events.Source("hotel"), events.HotelHeld, trip, events.StepData{
-			TripID: trip, Step: "hotel", IdempotencyKey: trip + ":hotel", CompanyRef: "H-forged", Request: asJSON(t, req),
+			TripID: trip, Step: "hotel", IdempotencyKey: trip + ":hotel", CompanyRef: "H-forged", Request: sagatest.JSON(t, req),
 		})
 		require.NoError(t, err)
 		e.SetTime(at)
@@ -115,14 +116,4 @@ func TestAForgedStepEventIsParkedByItsOrigin(t *testing.T) {
 		_, err = s.GetLastMsgForSubject(ctx, "*.*."+invented)
 		require.ErrorIs(t, err, jetstream.ErrMsgNotFound, "no %s event for the invented trip", name)
 	}
-}
-
-// asJSON is v as JSON (a saga's carried request), failing tb otherwise.
-func asJSON(tb testing.TB, v any) json.RawMessage {
-	tb.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		tb.Fatalf("json: %v", err)
-	}
-	return b
 }

@@ -10,25 +10,7 @@ import (
 	"github.com/tripsaga/tripsaga/saga"
 )
 
-// order is another saga's request than the trip's (a shop's), to show the
-// machinery carries any: it has its own fields and its own rules.
-type order struct {
-	OrderID  string `json:"order_id"`
-	Quantity int    `json:"quantity"`
-	Address  struct {
-		Street   string `json:"street"`
-		Postcode string `json:"postcode"`
-	} `json:"address"`
-}
-
-var errQuantity = errors.New("quantity: want 1 to 1000")
-
-func (o order) Validate() error {
-	if o.Quantity < 1 || o.Quantity > 1000 {
-		return errQuantity
-	}
-	return nil
-}
+var errQuantity = errors.New("quantity: want 1 to 1000, with an order id and a postcode")
 
 // TestBuilderDecodesAndChecksTheSagasOwnRequest: a step's Build made with
 // saga.Builder gets the saga's request as the saga's own type (a shop
@@ -38,8 +20,8 @@ func (o order) Validate() error {
 // called.
 func TestBuilderDecodesAndChecksTheSagasOwnRequest(t *testing.T) {
 	t.Parallel()
-	var got []order
-	build := saga.Builder(func(id string, o order) (any, error) {
+	var got []shopOrder
+	build := saga.Builder(func(id string, o shopOrder) (any, error) {
 		got = append(got, o)
 		return map[string]any{"ref": id, "postcode": o.Address.Postcode, "qty": o.Quantity}, nil
 	})
@@ -50,7 +32,7 @@ func TestBuilderDecodesAndChecksTheSagasOwnRequest(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, "1 Main St", got[0].Address.Street)
 
-	_, err = build("O-2", json.RawMessage(`{"order_id":"O-2","quantity":0}`))
+	_, err = build("O-2", json.RawMessage(`{"order_id":"O-2","quantity":0,"address":{"postcode":"75001"}}`))
 	require.ErrorIs(t, err, errQuantity, "the saga's own rule")
 	_, err = build("O-3", json.RawMessage(`{"order_id":"O-3","quantity":2,"colour":"red"}`))
 	require.ErrorContains(t, err, `unknown field "colour"`, "never half understood")

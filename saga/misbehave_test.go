@@ -12,6 +12,7 @@ import (
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/saga"
+	"github.com/tripsaga/tripsaga/sagatest"
 	"github.com/tripsaga/tripsaga/services/hotel"
 	"github.com/tripsaga/tripsaga/services/payment"
 	"github.com/tripsaga/tripsaga/sim"
@@ -48,11 +49,11 @@ func (m *misbehaving) runner(t *testing.T, timing saga.Timing) *saga.Runner {
 func (m *misbehaving) request(t *testing.T, r *saga.Runner, tripID string) {
 	ctx := context.Background()
 	tr := trip(tripID + "@x.io")
-	body, err := m.build(tripID, asJSON(t, tr))
+	body, err := m.build(tripID, sagatest.JSON(t, tr))
 	require.NoError(t, err)
 	tx, err := m.pool.Begin(ctx)
 	require.NoError(t, err)
-	_, err = r.Request(ctx, tx, saga.Request{TripID: tripID, Body: body, Carried: asJSON(t, tr)})
+	_, err = r.Request(ctx, tx, saga.Request{TripID: tripID, Body: body, Carried: sagatest.JSON(t, tr)})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 }

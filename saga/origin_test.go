@@ -14,6 +14,7 @@ import (
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/saga"
+	"github.com/tripsaga/tripsaga/sagatest"
 	"github.com/tripsaga/tripsaga/services/payment"
 )
 
@@ -48,7 +49,7 @@ func TestOriginLostByItsStream(t *testing.T) {
 		if !back {
 			return nil, nil
 		}
-		return asJSON(t, req), nil
+		return sagatest.JSON(t, req), nil
 	}
 	svc, err := saga.NewService(saga.ServiceConfig{
 		Pool: b.pool, JetStream: js, Catalogue: events.Default, Family: events.TripVersions(), Spec: payment.Spec(paymentsURL), Build: saga.Builder(payment.Build), Timing: fast,
@@ -58,7 +59,7 @@ func TestOriginLostByItsStream(t *testing.T) {
 	runService(t, svc)
 
 	held := func(id string, at time.Time) {
-		e := versioned(t, "hotel", events.HotelHeld, id, "", events.StepData{TripID: id, Step: "hotel", IdempotencyKey: id + ":hotel", CompanyRef: "H-1", Request: asJSON(t, req)})
+		e := versioned(t, "hotel", events.HotelHeld, id, "", events.StepData{TripID: id, Step: "hotel", IdempotencyKey: id + ":hotel", CompanyRef: "H-1", Request: sagatest.JSON(t, req)})
 		e.SetTime(at)
 		publishMsg(t, js, e, "", nil)
 	}

@@ -78,7 +78,7 @@ type shopOrder struct {
 }
 
 func (o shopOrder) Validate() error {
-	if o.OrderID == "" || o.Quantity < 1 || o.Address.Postcode == "" {
+	if o.OrderID == "" || o.Quantity < 1 || o.Quantity > 1000 || o.Address.Postcode == "" {
 		return errQuantity
 	}
 	return nil

@@ -2,7 +2,6 @@ package saga_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/saga"
+	"github.com/tripsaga/tripsaga/sagatest"
 	"github.com/tripsaga/tripsaga/services/hotel"
 	"github.com/tripsaga/tripsaga/sim"
 	tripsql "github.com/tripsaga/tripsaga/sql"
@@ -107,7 +107,7 @@ func request(t *testing.T, b *bundle, r *saga.Runner, tripID, email string) bool
 	require.NoError(t, err)
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
-	ok, err := r.Request(ctx, tx, saga.Request{TripID: tripID, Body: body, Carried: asJSON(t, tr)})
+	ok, err := r.Request(ctx, tx, saga.Request{TripID: tripID, Body: body, Carried: sagatest.JSON(t, tr)})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 	return ok
@@ -345,7 +345,7 @@ func TestRunner(t *testing.T) {
 		tx, err := b.pool.Begin(ctx)
 		require.NoError(t, err)
 		wctx, committed := outbox.WithAfterCommit(ctx, nil)
-		isNew, err := r.Request(wctx, tx, saga.Request{TripID: "T-direct", Body: body, Carried: asJSON(t, tr)})
+		isNew, err := r.Request(wctx, tx, saga.Request{TripID: "T-direct", Body: body, Carried: sagatest.JSON(t, tr)})
 		require.NoError(t, err)
 		require.True(t, isNew)
 		require.Equal(t, "none", companyStatus(t, b, "T-direct:hotel"), "no call before the commit")
@@ -380,7 +380,7 @@ func TestRunner(t *testing.T) {
 		require.NoError(t, err)
 		tx1, err := b.pool.Begin(ctx)
 		require.NoError(t, err)
-		_, err = r.Request(ctx, tx1, saga.Request{TripID: "T-race", Body: body, Carried: asJSON(t, tr)})
+		_, err = r.Request(ctx, tx1, saga.Request{TripID: "T-race", Body: body, Carried: sagatest.JSON(t, tr)})
 		require.NoError(t, err)
 		undone := make(chan error, 1)
 		go func() {
@@ -465,14 +465,4 @@ func TestRunnerLearnsByStatus(t *testing.T) {
 		require.Equal(t, "released", companyStatus(t, b, "T-rel:hotel"))
 		require.Equal(t, []string{events.HotelHeld, events.HotelReleased}, outboxTypes(t, b, "T-rel"))
 	})
-}
-
-// asJSON is v as JSON (a saga's carried request), failing tb otherwise.
-func asJSON(tb testing.TB, v any) json.RawMessage {
-	tb.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		tb.Fatalf("json: %v", err)
-	}
-	return b
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/internal/tracing"
 	"github.com/tripsaga/tripsaga/saga"
+	"github.com/tripsaga/tripsaga/sagatest"
 	"github.com/tripsaga/tripsaga/services/hotel"
 	"github.com/tripsaga/tripsaga/sim"
 )
@@ -39,7 +40,7 @@ func TestStepCallsKeepTheTripsTrace(t *testing.T) {
 	require.NoError(t, err)
 	tx, err := b.pool.Begin(tctx)
 	require.NoError(t, err)
-	_, err = r.Request(tctx, tx, saga.Request{TripID: "T-tr", Body: body, Carried: asJSON(t, tr)})
+	_, err = r.Request(tctx, tx, saga.Request{TripID: "T-tr", Body: body, Carried: sagatest.JSON(t, tr)})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(tctx))
 	trigger.End()

@@ -11,6 +11,7 @@ import (
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/saga"
+	"github.com/tripsaga/tripsaga/sagatest"
 	"github.com/tripsaga/tripsaga/services/hotel"
 	"github.com/tripsaga/tripsaga/services/insurance"
 	tripsql "github.com/tripsaga/tripsaga/sql"
@@ -138,7 +139,7 @@ func TestATripKeepsItsVersion(t *testing.T) {
 		// of the default order, stamped and not.
 		held := func(id, version string) cloudevent.Event {
 			tr := trip(id + "@x.io")
-			e := versioned(t, "hotel", events.HotelHeld, id, version, events.StepData{TripID: id, Step: "hotel", IdempotencyKey: id + ":hotel", Request: asJSON(t, tr)})
+			e := versioned(t, "hotel", events.HotelHeld, id, version, events.StepData{TripID: id, Step: "hotel", IdempotencyKey: id + ":hotel", Request: sagatest.JSON(t, tr)})
 			publishMsg(t, js, e, "", nil)
 			return e
 		}

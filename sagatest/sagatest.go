@@ -22,6 +22,7 @@ package sagatest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -232,6 +233,17 @@ func JetStream(tb testing.TB, c events.Catalogue) (*server.Server, *nats.Conn, j
 		tb.Fatalf("sagatest: streams: %v", err)
 	}
 	return srv, nc, js
+}
+
+// JSON is v encoded as JSON (a saga's request, as its events carry it),
+// failing tb when it cannot be.
+func JSON(tb testing.TB, v any) json.RawMessage {
+	tb.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		tb.Fatalf("sagatest: json: %v", err)
+	}
+	return b
 }
 
 // EventuallyBound is how long [Eventually] waits at most on a quiet

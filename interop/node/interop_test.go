@@ -27,6 +27,7 @@ import (
 	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/sagatest"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
@@ -140,7 +141,7 @@ func TestNodeCloudEventsSDK(t *testing.T) {
 	var evs []event.Event
 	for i, et := range events.Default.Types {
 		var data any = events.StepData{TripID: trip, Step: events.Kind(et.Type), IdempotencyKey: trip + ":" + events.Kind(et.Type),
-			CompanyRef: "R-" + et.Type, Reason: `50% "off" — Zürich`, Request: asJSON(t, request)}
+			CompanyRef: "R-" + et.Type, Reason: `50% "off" — Zürich`, Request: sagatest.JSON(t, request)}
 		if et.Type == events.TripRequested {
 			data = events.TripRequestedData{TripID: trip, Request: request}
 		}
@@ -282,14 +283,4 @@ func iriToURI(t *testing.T, iri string) string {
 		b.WriteByte(c)
 	}
 	return b.String()
-}
-
-// asJSON is v as JSON (a saga's carried request), failing tb otherwise.
-func asJSON(tb testing.TB, v any) json.RawMessage {
-	tb.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		tb.Fatalf("json: %v", err)
-	}
-	return b
 }
