@@ -170,9 +170,13 @@ func printStack(cmd *cobra.Command, s *stack.Stack, dir string) {
 		fmt.Fprintf(w, "%-17s %-28s log %s\n", name, s.URL(name), s.LogPath(name))
 	}
 	env := s.Env()
-	fmt.Fprintf(w, "\nenvironment (also in %s; or use --dir %s with tripsaga replay):\n", filepath.Join(dir, stack.EnvFile), dir)
+	// Passwords never reach stdout (it lands in CI logs and terminals'
+	// scrollback): the lines show them masked, and up.env (mode 0600)
+	// holds them.
+	envFile := filepath.Join(dir, stack.EnvFile)
+	fmt.Fprintf(w, "\nenvironment: . %s sets it (passwords masked here; or use --dir %s with the tools):\n", envFile, dir)
 	for _, k := range stack.EnvNames(env) {
-		fmt.Fprintln(w, stack.ExportLine(k, env[k]))
+		fmt.Fprintln(w, stack.ExportLine(k, redact.URL(env[k])))
 	}
 	day := time.Now().AddDate(0, 0, 30)
 	in, back := day.Format(time.DateOnly), day.AddDate(0, 0, 2).Format(time.DateOnly)

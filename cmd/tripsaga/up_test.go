@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
+	"github.com/tripsaga/tripsaga/internal/redact"
 	"github.com/tripsaga/tripsaga/internal/stack"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 )
@@ -209,17 +211,25 @@ func TestUp(t *testing.T) {
 		}
 	}
 
-	t.Run("item 6: every URL as export lines, in up.env, found by envFromUpDir", func(t *testing.T) {
+	t.Run("item 6: every URL as export lines, in up.env, found by envFromUpDir; no password on stdout", func(t *testing.T) {
 		env, err := envFromUpDir(dir)
 		require.NoError(t, err)
 		for _, k := range []string{"NATS_URL", "DATABASE_URL", "HOTEL_URL", "PAYMENTS_URL", "CARS_URL", "MAIL_URL", "TRIPS_URL"} {
 			if env[k] == "" {
 				t.Errorf("envFromUpDir: no %s", k)
 			}
-			if line := stack.ExportLine(k, env[k]); !strings.Contains(up.out.String(), line+"\n") {
+			if line := stack.ExportLine(k, redact.URL(env[k])); !strings.Contains(up.out.String(), line+"\n") {
 				t.Errorf("up did not print %s", line)
 			}
 		}
+		// Issue 19 item 6: the administrator's password was printed in
+		// full on the DATABASE_URL line, so it landed in CI logs.
+		u, err := url.Parse(env["DATABASE_URL"])
+		require.NoError(t, err)
+		pw, ok := u.User.Password()
+		require.True(t, ok && pw != "", "up.env's DATABASE_URL holds the password")
+		require.NotContains(t, up.out.String(), pw, "no password on up's stdout")
+		require.Contains(t, up.out.String(), ". "+filepath.Join(dir, stack.EnvFile)+" sets it")
 		if _, err := envFromUpDir(t.TempDir()); !errors.Is(err, errNoUp) {
 			t.Errorf("envFromUpDir on a folder without up: %v, want errNoUp", err)
 		}
