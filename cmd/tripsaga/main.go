@@ -7,12 +7,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tripsaga/tripsaga/events"
 )
 
 func main() {
@@ -20,8 +23,41 @@ func main() {
 	defer stop()
 	if err := rootCmd().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "tripsaga:", err)
+		var ce configError
+		if errors.As(err, &ce) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
+}
+
+// configError is a configuration the process refuses to start with (an
+// environment variable it cannot use): main exits 2 on it, as for a
+// usage error, after one line naming the variable.
+type configError struct{ err error }
+
+func (e configError) Error() string { return e.err.Error() }
+func (e configError) Unwrap() error { return e.err }
+
+// stepsWhileBuilding is the catalogue of STEPS for what a command shows
+// before it runs (a flag's default, its help): the default order when
+// STEPS is invalid, which [checkSteps] then refuses.
+func stepsWhileBuilding() events.Catalogue {
+	c, err := events.ParseSteps(os.Getenv(events.StepsVar))
+	if err != nil {
+		return events.Default
+	}
+	return c
+}
+
+// checkSteps refuses a STEPS the catalogue cannot build (an unknown step,
+// one named twice, a compensable step after the pivot) before any
+// command runs, so no process panics on it (events.Selected panics).
+func checkSteps(*cobra.Command, []string) error {
+	if _, err := events.ParseSteps(os.Getenv(events.StepsVar)); err != nil {
+		return configError{err}
+	}
+	return nil
 }
 
 // rootCmd returns the tripsaga command with every subcommand.
@@ -31,6 +67,9 @@ func rootCmd() *cobra.Command {
 		Short:         "A choreographed saga: hotel, payment and car, undone if anything fails",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Every command, and its --help (which runs no hook), works on
+		// a bad STEPS until then; the command itself is refused.
+		PersistentPreRunE: checkSteps,
 	}
 	root.AddCommand(serveCmd(), upCmd(), demoCmd(), replayCmd(), benchCmd(), healthCmd(), outboxCmd(), doctorCmd(), chaosCmd(), timelineCmd(),
 		incidentsCmd(), deadletterCmd(), repairCmd(), natsAuthCmd(), streamsCmd())

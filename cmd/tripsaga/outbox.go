@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/outbox"
@@ -30,7 +29,7 @@ var outboxServices = []string{"trips", "hotel", "payment", "car"} //nolint:goche
 // step this process's STEPS turns on ("insurance").
 func outboxServicesOn() []string {
 	all := slices.Clone(outboxServices)
-	for _, st := range events.Selected().Saga() {
+	for _, st := range stepsWhileBuilding().Saga() {
 		if !slices.Contains(all, st.Service) {
 			all = append(all, st.Service)
 		}

@@ -81,8 +81,12 @@ both write the same inbox rows, so no event counts twice.
 It reaches NATS and PostgreSQL by NATS_URL and DATABASE_URL, or, with
 --dir D, through the "tripsaga up --dir D" running there (D/up.env); with
 neither, through an up running in the default folder .tripsaga.`,
-		Args:      cobra.MaximumNArgs(1),
-		ValidArgs: replay.Consumers(events.Selected()),
+		Args: cobra.MaximumNArgs(1),
+		// Read when completing, not when the command is built: a bad
+		// STEPS is refused by the root's check, and --help still works.
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return replay.Consumers(events.Selected()), cobra.ShellCompDirectiveNoFileComp
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			w := cmd.OutOrStdout()
 			if len(args) == 0 {
