@@ -193,6 +193,22 @@ func CheckKey(key string) string {
 	return ""
 }
 
+// KeyOf returns the request's Idempotency-Key ("" when it has none) and
+// "" or what is wrong with it: [CheckKey]'s, or given more than once. The
+// header is one Item (draft-ietf-httpapi-idempotency-key-header, an sf
+// string): two of them, or one with a comma-separated list, cannot say
+// which key the client meant, so neither is taken.
+func KeyOf(h http.Header) (key, detail string) {
+	vs := h.Values("Idempotency-Key")
+	if len(vs) > 1 {
+		return "", fmt.Sprintf("given %d times: send it once", len(vs))
+	}
+	if len(vs) == 0 {
+		return "", ""
+	}
+	return vs[0], CheckKey(vs[0])
+}
+
 // Fingerprint is the sha256 (hex) of the request's canonical JSON: the
 // same trip asked twice has the same fingerprint whatever the key order or
 // spacing of the body.

@@ -106,6 +106,20 @@ type statusProblem struct {
 	TripStatus string `json:"trip_status"`
 }
 
+// emptyBody reports whether raw is a cancellation's body: nothing (white
+// space only), or one JSON object with no members, spaced any way ("{ }",
+// "{}\n"): what a client's JSON encoder sends for an empty object.
+func emptyBody(raw []byte) bool {
+	b := bytes.TrimSpace(raw)
+	if len(b) == 0 {
+		return true
+	}
+	if b[0] != '{' || b[len(b)-1] != '}' {
+		return false
+	}
+	return len(bytes.TrimSpace(b[1:len(b)-1])) == 0
+}
+
 func (s *Service) postCancellation(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !IsTripID(id) {
@@ -114,11 +128,13 @@ func (s *Service) postCancellation(w http.ResponseWriter, r *http.Request) {
 	}
 	var errs []FieldError
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1024))
-	if b := bytes.TrimSpace(raw); err != nil || (len(b) > 0 && !bytes.Equal(b, []byte("{}"))) {
+	if err != nil || !emptyBody(raw) {
 		errs = append(errs, FieldError{Field: "body", Pointer: "", Detail: "must be empty or {}: a cancellation takes no fields"})
 	}
-	key := r.Header.Get("Idempotency-Key")
-	if key == "" {
+	key, detail := KeyOf(r.Header)
+	if detail != "" {
+		errs = append(errs, FieldError{Field: "Idempotency-Key", Pointer: "header:Idempotency-Key", Detail: detail})
+	} else if key == "" {
 		errs = append(errs, FieldError{Field: "Idempotency-Key", Pointer: "header:Idempotency-Key", Detail: "required: the same key asks for the same cancellation again"})
 	} else if detail := CheckKey(key); detail != "" {
 		errs = append(errs, FieldError{Field: "Idempotency-Key", Pointer: "header:Idempotency-Key", Detail: detail})

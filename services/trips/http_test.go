@@ -396,3 +396,43 @@ func TestMailTextKeepsEveryFieldOnItsLine(t *testing.T) {
 		}
 	}
 }
+
+// TestRoughEdgesOfTheAPI (issue 19 item 7): a second Idempotency-Key
+// header was ignored (the first one taken), and a cancellation body of
+// "{ }" was refused while "{}\n" was taken. Two keys are refused, naming
+// the header, and nothing is recorded; an empty JSON object is an empty
+// cancellation body however it is spaced, a member or another value is
+// not.
+func TestRoughEdgesOfTheAPI(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t, schemaPool(t))
+	req, err := http.NewRequest(http.MethodPost, a.url+"/trips", strings.NewReader(tripJSON(t, nil)))
+	require.NoError(t, err)
+	req.Header["Idempotency-Key"] = []string{"k-1", "k-2"}
+	req.Header.Set("Prefer", "wait=0")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	var p app.Problem
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Contains(t, errorFields(p)["Idempotency-Key"], "given 2 times")
+	require.Zero(t, a.count(t, "trips"), "nothing booked")
+
+	unknown := "T-01KF0FV2E00W3GE1R70W3GE1R7" // a trip id no trip has
+	for body, want := range map[string]int{
+		"":          http.StatusNotFound, // taken: then the trip is looked up
+		"{}":        http.StatusNotFound,
+		"{ }":       http.StatusNotFound,
+		"{\n}\n":    http.StatusNotFound,
+		`{"fee":0}`: http.StatusBadRequest,
+		"[]":        http.StatusBadRequest,
+		"{}{}":      http.StatusBadRequest,
+	} {
+		ans := a.do(t, http.MethodPost, "/trips/"+unknown+"/cancellation", body, map[string]string{"Idempotency-Key": "c-1"})
+		require.Equal(t, want, ans.code, "body %q: %s", body, ans.body)
+		if want == http.StatusBadRequest {
+			require.Contains(t, errorFields(ans.problem), "body", "body %q", body)
+		}
+	}
+}

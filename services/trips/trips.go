@@ -522,8 +522,8 @@ func (s *Service) postTrip(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, errs := DecodeRequest(bytes.NewReader(raw), time.Now())
-	key := r.Header.Get("Idempotency-Key")
-	if detail := CheckKey(key); detail != "" {
+	key, detail := KeyOf(r.Header)
+	if detail != "" {
 		errs = append(errs, FieldError{Field: "Idempotency-Key", Pointer: "header:Idempotency-Key", Detail: detail})
 	}
 	if len(errs) > 0 {
