@@ -53,3 +53,20 @@ func TestBadStepsRefusedWithOneLine(t *testing.T) {
 		}
 	}
 }
+
+// TestMessagesSayWhatIsWrong (issue 19 item 5): "replay hotel --from-seq
+// 0" answered that hotel is no projection and to give --from-seq, which
+// it had been given; "timeline --help" showed "--dir tripsaga up". Each
+// message now names what is wrong.
+func TestMessagesSayWhatIsWrong(t *testing.T) {
+	bin := buildTripsaga(t)
+	_, stderr, code := run(t, bin, "replay", "hotel", "--from-seq", "0")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, stderr, "--from-seq 0: a stream's sequences start at 1")
+	require.NotContains(t, stderr, "no such projection")
+	for _, c := range []string{"timeline", "incidents", "replay", "outbox"} {
+		out, _, code := run(t, bin, c, "--help")
+		require.Equal(t, 0, code, c)
+		require.NotContains(t, out, "--dir tripsaga up", c)
+	}
+}

@@ -133,7 +133,11 @@ own schema only.`,
 					fmt.Fprintf(w, "re-driven  %-8s %s\n", r.Service, id)
 				}
 			}
-			fmt.Fprintf(w, "%d events re-driven; each service's relay publishes them now\n", total)
+			if total > 0 {
+				fmt.Fprintf(w, "%d events re-driven; each service's relay publishes them now\n", total)
+			} else if len(ids) == 0 {
+				fmt.Fprintln(w, "nothing quarantined: nothing to re-drive")
+			}
 			var missing []string
 			for _, id := range ids {
 				if !done[id] {

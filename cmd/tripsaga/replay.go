@@ -99,6 +99,9 @@ neither, through an up running in the default folder .tripsaga.`,
 				return fmt.Errorf("--batch %d: want at least 1 event per transaction", batch)
 			}
 			name := args[0]
+			if cmd.Flags().Changed("from-seq") && rf.fromSeq == 0 {
+				return fmt.Errorf("--from-seq 0: a stream's sequences start at 1 (give 1 to re-drive %s from the stream's start)", name)
+			}
 			if rf.consumerReplay() {
 				return runConsumerReplay(cmd, dir, name, rf, asJSON)
 			}

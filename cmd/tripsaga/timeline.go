@@ -61,7 +61,7 @@ running in the default folder .tripsaga.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the timeline as JSON (the reconciler's answer)")
-	cmd.Flags().StringVar(&dir, "dir", "", "folder of a running `tripsaga up` to use (default: RECONCILER_URL, else .tripsaga)")
+	cmd.Flags().StringVar(&dir, "dir", "", "`folder` of a running tripsaga up to use (default: RECONCILER_URL, else .tripsaga)")
 	return cmd
 }
 
