@@ -267,8 +267,11 @@ func (o *Operator) Act(ctx context.Context, key string, ar ActionRequest) (ev ev
 		}
 		d.DeadLetter = &dl.ParkedEvent
 	} else {
-		if err := events.ValidateTripID(ar.Trip); err != nil {
+		if ar.Trip == "" {
 			return ev, false, bad("trip", "required: a trip id (T-...)")
+		}
+		if err := events.ValidateTripID(ar.Trip); err != nil {
+			return ev, false, bad("trip", fmt.Sprintf("%q is not a trip id (T-...): no spaces, dots, * or >", ar.Trip))
 		}
 		if svcs := actionServices(); !slices.Contains(svcs, ar.Service) {
 			return ev, false, bad("service", "one of "+strings.Join(svcs, ", "))

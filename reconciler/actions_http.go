@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -69,7 +70,18 @@ func (o *Operator) serveAction(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	var ar ActionRequest
-	dec := json.NewDecoder(io.LimitReader(req.Body, maxActionBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxActionBody))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		app.WriteProblem(w, app.Problem{Type: "https://tripsaga.io/problems/body-too-large", Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
+			Detail: fmt.Sprintf("an action is at most %d bytes", maxActionBody), Instance: req.URL.EscapedPath()})
+		return
+	}
+	if err != nil {
+		invalid(w, req, "body", "reading the body: "+err.Error())
+		return
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&ar); err != nil {
 		field, detail := "body", "a JSON object of the action: "+err.Error()
@@ -96,7 +108,7 @@ func (o *Operator) serveAction(w http.ResponseWriter, req *http.Request) {
 		app.WriteError(w, req, o.log, "reconciler: action", err)
 		return
 	}
-	body, err := json.Marshal(ev)
+	body, err = json.Marshal(ev)
 	if err != nil {
 		app.WriteError(w, req, o.log, "reconciler: action", err)
 		return

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -150,6 +151,15 @@ func TestActionsAPI(t *testing.T) {
 			require.Equal(t, c.field, a.problem.Errors[0].Field, a.problem.Detail)
 			require.Contains(t, a.problem.Detail, c.field)
 		}
+		// Issue 19 item 5: a trip id with a space was answered
+		// "trip: required"; a 2 MB body 400 "unexpected EOF".
+		a := postAction(t, base, testToken, "k-bad", with("trip", "x y"))
+		require.Equal(t, http.StatusBadRequest, a.code)
+		require.Contains(t, a.problem.Errors[0].Detail, `"x y" is not a trip id`)
+		big := with("reason", strings.Repeat("r", 2<<20))
+		a = postAction(t, base, testToken, "k-big", big)
+		require.Equal(t, http.StatusRequestEntityTooLarge, a.code, a.problem.Detail)
+		require.Contains(t, a.problem.Detail, "at most")
 		require.Empty(t, b.operatorMsgs(t, trip), "nothing published for a refused action")
 	})
 	t.Run("ADoubleSubmitActsOnce", func(t *testing.T) {
