@@ -83,12 +83,19 @@ func AdminURL(tb testing.TB) string {
 			clusterURL = u
 			return
 		}
-		dir, err := os.MkdirTemp("", "tripsaga-pg-")
+		sweepLeftBehind(os.TempDir())
+		dir, err := os.MkdirTemp("", clusterDirPrefix)
 		if err != nil {
 			clusterErr = err
 			return
 		}
 		clusterDir = dir
+		// Who owns the cluster: a later test binary stops it and removes
+		// the folder once this process is gone (killed before Main could).
+		if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			clusterErr = err
+			return
+		}
 		// The postgres OS user (when run as root) must reach dir/pg; this
 		// folder is ours, so we choose its mode (pgcluster never chmods the
 		// folders above its own).
@@ -107,6 +114,36 @@ func AdminURL(tb testing.TB) string {
 		tb.Fatalf("sagatest: private PostgreSQL: %v", clusterErr)
 	}
 	return clusterURL
+}
+
+// clusterDirPrefix starts the name of each test binary's cluster folder
+// in os.TempDir(), and ownerFile, in it, holds the binary's pid.
+const (
+	clusterDirPrefix = "tripsaga-pg-"
+	ownerFile        = "owner.pid"
+)
+
+// sweepLeftBehind stops the server of, and removes, every cluster folder
+// in base whose owner (ownerFile) is no longer running: what a test
+// binary killed before [Main] stopped its cluster left behind (issue 19:
+// killed test runs left private clusters running). A folder without an
+// owner file, or whose owner runs, is left alone.
+func sweepLeftBehind(base string) {
+	dirs, _ := filepath.Glob(filepath.Join(base, clusterDirPrefix+"*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue // not ours (pgcluster's temp homes), or being made
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid == os.Getpid() || pgcluster.ProcessAlive(pid) {
+			continue
+		}
+		if _, err := pgcluster.StopLeftBehind(filepath.Join(dir, "pg")); err != nil {
+			continue // try again next time rather than remove a running server's files
+		}
+		_ = os.RemoveAll(dir)
+	}
 }
 
 // Postgres creates a fresh, empty database for the calling test and

@@ -635,3 +635,29 @@ func tail(s string, n int) string {
 	}
 	return s
 }
+
+// StopLeftBehind stops, at once (SIGQUIT: immediate shutdown, crash
+// recovery at its next start), the server of a cluster folder (a
+// Config.Dir) whose owner is gone, such as one a test binary killed with
+// SIGKILL left running, and waits (at most 30 s) until it has exited. It
+// reports whether a server was running; none is not an error.
+func StopLeftBehind(dir string) (bool, error) {
+	pid, err := postmasterPid(filepath.Join(dir, "data"))
+	if err != nil || !processAlive(pid) {
+		return false, nil //nolint:nilerr // no pid file, or no server: nothing to stop
+	}
+	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return true, fmt.Errorf("pgcluster: stop the server left in %s (pid %d): %w", dir, pid, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); processAlive(pid); {
+		if time.Now().After(deadline) {
+			return true, fmt.Errorf("pgcluster: the server left in %s (pid %d) did not exit within 30 s of SIGQUIT", dir, pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return true, nil
+}
+
+// ProcessAlive reports whether pid names a live process that is not a
+// zombie.
+func ProcessAlive(pid int) bool { return processAlive(pid) }
