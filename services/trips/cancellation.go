@@ -145,7 +145,9 @@ func (s *Service) postCancellation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	wait, applied := ParseWait(r.Header)
-	row, err := s.cancel(r.Context(), id, key, time.Now())
+	// PostgreSQL keeps microseconds: the event's requested_at and the
+	// API's (read back) are then the same instant, to the digit.
+	row, err := s.cancel(r.Context(), id, key, time.Now().Truncate(time.Microsecond))
 	var refused *notCancelable
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

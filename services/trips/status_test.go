@@ -1,10 +1,14 @@
 package trips
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tripsaga/tripsaga/services/trips/internal/dbsqlc"
 )
 
 func TestProject(t *testing.T) {
@@ -84,4 +88,18 @@ func TestProjectChargeLast(t *testing.T) {
 	require.Equal(t, map[string]string{"hotel": "released", "car": "canceled", "payment": "declined"},
 		StepsOf(v, []string{"hotel.held", "car.booked", "payment.declined", "car.canceled", "hotel.released"}, StatusCanceled))
 	require.Equal(t, StatusConfirmed, ProjectOf("", []string{"hotel.held", "payment.charged", "car.booked"}), "a default trip still confirms on its car")
+}
+
+// TestTripTimesAtPostgresPrecision (issue 19 item 7): the first answer
+// gave settled_at with nanoseconds and its replay (read back from
+// PostgreSQL) with microseconds; both now say the same.
+func TestTripTimesAtPostgresPrecision(t *testing.T) {
+	at := time.Date(2026, 12, 2, 7, 30, 0, 123456789, time.UTC)
+	tr := tripFromRow(dbsqlc.Trip{TripID: "T-1", Status: StatusConfirmed, CreatedAt: at, SettledAt: &at})
+	want := time.Date(2026, 12, 2, 7, 30, 0, 123456000, time.UTC)
+	require.Equal(t, want, tr.CreatedAt)
+	require.Equal(t, want, *tr.SettledAt)
+	b, err := json.Marshal(tr)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"settled_at":"2026-12-02T07:30:00.123456Z"`)
 }

@@ -61,9 +61,12 @@ type Trip struct {
 }
 
 func tripFromRow(row dbsqlc.Trip) Trip {
+	// Times at PostgreSQL's precision (microseconds) whatever their
+	// source, so an answer and its replay are byte-identical (issue 19
+	// item 7: settled_at had nanoseconds in a first answer only).
 	t := Trip{
 		TripID: row.TripID, Status: row.Status, Steps: StepsOf(row.Version, row.Seen, row.Status),
-		CreatedAt: row.CreatedAt.UTC(),
+		CreatedAt: row.CreatedAt.UTC().Truncate(time.Microsecond),
 	}
 	if row.Reason != nil {
 		t.Reason = *row.Reason
@@ -72,7 +75,7 @@ func tripFromRow(row dbsqlc.Trip) Trip {
 		t.OpenUndo = OpenUndosOf(row.Version, row.Seen)
 	}
 	if row.SettledAt != nil {
-		s := row.SettledAt.UTC()
+		s := row.SettledAt.UTC().Truncate(time.Microsecond)
 		t.SettledAt = &s
 	}
 	var req events.TripRequest
