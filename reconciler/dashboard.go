@@ -153,6 +153,10 @@ th{background:#f3f3f3}
 code{font-size:.8rem}
 </style></head><body>
 <h1>tripsaga reconciler</h1>
+<h2>Open findings ({{len .Findings}})</h2>
+{{if .Findings}}<table><tr><th>trip</th><th>kind</th><th>detail</th><th>first seen</th><th>last seen</th></tr>
+{{range .Findings}}<tr><td><a href="/trips/{{.TripID}}">{{.TripID}}</a></td><td class="{{.Kind}}">{{.Kind}}</td><td>{{.Detail}}</td><td>{{ago $.Now .FirstSeen}} ago</td><td>{{ago $.Now .LastSeen}} ago</td></tr>
+{{end}}</table>{{else}}<p>None.</p>{{end}}
 {{.Console}}
 <table class="summary">
 <tr><th>trips in the projection now</th><td>{{.Total}}</td><td>every trip whose events the reconciler has seen</td></tr>
@@ -164,10 +168,6 @@ code{font-size:.8rem}
 <h2>Trips by status</h2>
 <table><tr>{{range .ByStatus}}<th class="{{.Status}}">{{.Status}}</th>{{end}}</tr>
 <tr>{{range .ByStatus}}<td>{{.Trips}}</td>{{end}}</tr></table>
-<h2>Open findings ({{len .Findings}})</h2>
-{{if .Findings}}<table><tr><th>trip</th><th>kind</th><th>detail</th><th>first seen</th><th>last seen</th></tr>
-{{range .Findings}}<tr><td><a href="/trips/{{.TripID}}">{{.TripID}}</a></td><td class="{{.Kind}}">{{.Kind}}</td><td>{{.Detail}}</td><td>{{ago $.Now .FirstSeen}} ago</td><td>{{ago $.Now .LastSeen}} ago</td></tr>
-{{end}}</table>{{else}}<p>None.</p>{{end}}
 <h2>Newest trips</h2>
 <table><tr><th>trip</th><th>status</th><th>events seen</th><th>first event</th><th>last event</th></tr>
 {{range .Trips}}<tr><td><a href="/trips/{{.TripID}}">{{.TripID}}</a></td><td class="{{.Status}}">{{.Status}}{{if .Mailed}} ✉{{end}}</td><td>{{range $i, $k := .Seen}}{{if $i}}, {{end}}<code>{{$k}}</code>{{end}}</td><td>{{.FirstEventAt.Format "2006-01-02 15:04:05"}}</td><td>{{ago $.Now .LastEventAt}} ago</td></tr>

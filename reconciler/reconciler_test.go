@@ -551,6 +551,9 @@ func TestDashboard(t *testing.T) {
 	require.Contains(t, body, "<code>hotel.held</code>")
 	require.Contains(t, body, "T-lost")
 	require.Contains(t, body, "orphan")
+	// Issue 19 item 10: the findings sat below a 19-row lag table; what
+	// needs a person comes first.
+	require.Less(t, strings.Index(body, "Open findings"), strings.Index(body, "Consumers' lag"), "the findings before the lag table")
 
 	code, _, body = get("/findings")
 	require.Equal(t, http.StatusOK, code)
