@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/examples/refund"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/saga"
@@ -81,25 +80,19 @@ func start(t *testing.T) *world {
 	return w
 }
 
-// request publishes refund.requested for order id, as the refunds desk
-// would, with the Nats-Msg-Id of its event id.
-func (w *world) request(t *testing.T, id string) {
-	t.Helper()
-	e, err := refund.NewRequested(refund.Refund{
+// refundOf is the refund of order id: three items, 25.90 EUR.
+func refundOf(id string) refund.Refund {
+	return refund.Refund{
 		OrderID: id, Items: []refund.Item{{SKU: "MUG-1", Quantity: 2}, {SKU: "TEA-9", Quantity: 1}},
 		AmountCents: 2_590, Currency: "EUR", Email: id + "@customer.example",
-	})
-	require.NoError(t, err)
-	h, err := events.EncodeHeaders(e)
-	require.NoError(t, err)
-	subject, err := events.Subject(e.Type(), e.Subject())
-	require.NoError(t, err)
-	m := &nats.Msg{Subject: subject, Data: e.Data(), Header: nats.Header{}}
-	for k, v := range h {
-		m.Header.Set(k, v)
 	}
-	_, err = w.js.PublishMsg(w.ctx, m)
-	require.NoError(t, err)
+}
+
+// request has the refunds desk take order id's refund (its row and
+// refund.requested in one transaction, published by its relay).
+func (w *world) request(t *testing.T, id string) {
+	t.Helper()
+	require.NoError(t, w.view.Take(w.ctx, refundOf(id)))
 }
 
 // fault adds a rule to the simulated company at path ("/payments") and
@@ -217,6 +210,15 @@ func TestRefundSaga(t *testing.T) {
 	t.Run("whole", func(t *testing.T) {
 		id := "R-whole"
 		w.waitState(t, id, refund.StateReplied)
+		// The desk takes an order once: the same request again is a
+		// no-op, another one is refused.
+		require.NoError(t, w.view.Take(w.ctx, refundOf(id)))
+		other := refundOf(id)
+		other.AmountCents++
+		require.ErrorIs(t, w.view.Take(w.ctx, other), refund.ErrTaken)
+		st, err := w.view.StateOf(w.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, refund.StateReplied, st)
 		for _, s := range []string{"hold", "inventory", "credit", "reply"} {
 			require.Equal(t, "done", w.status(id, s), s)
 		}

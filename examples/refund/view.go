@@ -2,6 +2,7 @@ package refund
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -87,26 +88,40 @@ const viewSchema = `CREATE TABLE IF NOT EXISTS refund_view (
 	refund_id  text PRIMARY KEY,
 	state      text NOT NULL,
 	last_type  text NOT NULL,
+	request    jsonb,
 	updated_at timestamptz NOT NULL DEFAULT now()
 )`
 
-// View is the refunds desk's projection: one inbox per stream it reads
+// View is the refunds desk: it takes a refund ([View.Take]: its row and
+// its refund.requested in one transaction, published by its outbox
+// relay), and it is the saga's projection: one inbox per stream it reads
 // (outbox.NewInbox, each event recorded once by its id in the same
-// transaction as its effect), and a table refund_view of each refund's
+// transaction as its effect) into a table refund_view of each refund's
 // [State].
 type View struct {
 	pool    *pgxpool.Pool
+	relay   *outbox.Relay
 	inboxes []*outbox.Inbox
 }
 
 // NewView creates the view's table in pool's schema (which must hold the
-// machinery's set: the inbox) and its inboxes on js.
+// machinery's set: the outbox and the inbox), its relay and its inboxes
+// on js.
 func NewView(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream) (*View, error) {
 	if _, err := pool.Exec(ctx, viewSchema); err != nil {
 		return nil, fmt.Errorf("refund: view table: %w", err)
 	}
-	v := &View{pool: pool}
 	cat := Catalogue()
+	relay, err := outbox.NewRelay(outbox.RelayConfig{
+		Pool: pool, JetStream: js, Catalogue: cat,
+		EnsureStreams: func(ctx context.Context) error {
+			return events.EnsureServiceStreams(ctx, js, cat, ServiceRefunds, 1)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("refund: desk relay: %w", err)
+	}
+	v := &View{pool: pool, relay: relay}
 	types := viewTypes()
 	var lock sync.Mutex // the view's inboxes apply one batch at a time
 	streams := cat.Streams(types)
@@ -125,6 +140,7 @@ func NewView(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream) (*
 		in, err := outbox.NewInbox(outbox.InboxConfig{
 			Name: ServiceRefunds, Stream: stream, FilterSubjects: streams[stream], Types: ts,
 			Pool: pool, JetStream: js, Handler: v.apply, BatchApply: outbox.HandlerBatch(v.apply), BatchLock: &lock,
+			Relay: relay,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("refund: view inbox %s: %w", stream, err)
@@ -169,9 +185,56 @@ func (v *View) apply(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	return err
 }
 
-// Run runs the view's inboxes until ctx ends.
+// ErrTaken is returned by [View.Take] for an order the desk already took
+// with another request: the saga's id is the order's, and a refund's
+// request never changes.
+var ErrTaken = errors.New("refund: order already taken with another request")
+
+// Take takes refund r: in one transaction, its row in refund_view
+// (requested) and its refund.requested in the desk's outbox, which the
+// relay publishes with Nats-Msg-Id = the event id (the saga's
+// transactional outbox rule). Taking the same request again changes
+// nothing and returns nil; another request for a taken order returns
+// [ErrTaken]; an invalid r, the error of [Refund.Validate].
+func (v *View) Take(ctx context.Context, r Refund) error {
+	e, err := NewRequested(r)
+	if err != nil {
+		return err
+	}
+	tx, err := v.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	req, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	tag, err := tx.Exec(ctx, `INSERT INTO refund_view (refund_id, state, last_type, request) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (refund_id) DO NOTHING`, r.OrderID, string(StateRequested), Requested, req)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		var same bool
+		if err := tx.QueryRow(ctx, `SELECT request = $2::jsonb FROM refund_view WHERE refund_id = $1`, r.OrderID, req).Scan(&same); err != nil {
+			return err
+		}
+		if !same {
+			return fmt.Errorf("%w: %s", ErrTaken, r.OrderID)
+		}
+		return nil
+	}
+	if err := v.relay.Write(ctx, tx, e); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// Run runs the desk's relay and the view's inboxes until ctx ends.
 func (v *View) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return v.relay.Run(ctx) })
 	for _, in := range v.inboxes {
 		g.Go(func() error { return in.Run(ctx) })
 	}
