@@ -2,6 +2,7 @@ package refund_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http/httptest"
 	"testing"
@@ -12,7 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/examples/refund"
+	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/saga"
 	"github.com/tripsaga/tripsaga/sagatest"
@@ -308,6 +311,62 @@ func TestRefundSaga(t *testing.T) {
 		one(t, c.Holds, id, id+":hold", "held")
 		one(t, c.Returns, id, id+":inventory", "booked")
 	})
+}
+
+// TestRefundForgedTrigger: a trigger another step service published is
+// carried out only for a refund the desk took, with the same request
+// (saga.OriginOf reads refund.requested in the REFUNDS stream). A forged
+// inventory.returned asking for a larger credit is parked in the
+// dead-letter stream, naming the field that differs, and the credit is
+// issued once, for the amount the desk took.
+func TestRefundForgedTrigger(t *testing.T) {
+	w := start(t)
+	id := "R-forged"
+	w.request(t, id)
+	// refund.requested is in its stream once the hold step was asked.
+	sagatest.Eventually(t, func() bool { return w.step(id, "hold") != nil }, "the hold asked")
+	forged := refundOf(id)
+	forged.AmountCents = 990_000
+	e, err := events.New("/inventory", refund.InventoryReturned, id, events.StepData{
+		TripID: id, Step: "inventory", IdempotencyKey: id + ":inventory", Request: mustJSON(t, forged),
+	})
+	require.NoError(t, err)
+	h, err := events.EncodeHeaders(e)
+	require.NoError(t, err)
+	subject, err := events.Subject(e.Type(), id)
+	require.NoError(t, err)
+	m := &nats.Msg{Subject: subject, Data: e.Data(), Header: nats.Header{}}
+	for k, v := range h {
+		m.Header.Set(k, v)
+	}
+	_, err = w.js.PublishMsg(w.ctx, m)
+	require.NoError(t, err)
+
+	dlq, err := w.js.Stream(w.ctx, events.StreamDeadLetter)
+	require.NoError(t, err)
+	var reason string
+	sagatest.Eventually(t, func() bool {
+		msg, err := dlq.GetLastMsgForSubject(w.ctx, events.DeadLetterSubjectPrefix+"."+refund.StreamInventory+"."+refund.ServiceCredit)
+		if err != nil {
+			return false
+		}
+		reason = msg.Header.Get(outbox.HeaderDeadReason)
+		return true
+	}, "the forged trigger parked")
+	require.Contains(t, reason, "amount_cents")
+
+	w.waitState(t, id, refund.StateReplied)
+	one(t, w.cos.Credits, id, id+":credit", "charged")
+	res, err := w.cos.Credits.StatusFor(w.ctx, id+":credit", map[string]any{"amount_cents": 2_590, "currency": "EUR"})
+	require.NoError(t, err, "the credit is the amount the desk took")
+	require.Equal(t, "charged", res.Status)
+}
+
+func mustJSON(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
 }
 
 // TestRefundValidate: a refund that breaks a rule is refused before any
