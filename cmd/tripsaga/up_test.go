@@ -494,3 +494,37 @@ func TestEnvForTool(t *testing.T) {
 		t.Fatalf("envForTool with a --dir where no up runs: %v", err)
 	}
 }
+
+// TestUpStopsOnAChildThatFailsItsStart (issue 19 item 2): a child that
+// refuses its configuration (here the trips service's unreadable
+// CANCELLATION_POLICY_FILE) fails every start the same way; up used to
+// restart it forever and never finish starting. Now up stops everything
+// and exits non-zero with the child's last line, and leaves no
+// PostgreSQL running.
+func TestUpStopsOnAChildThatFailsItsStart(t *testing.T) {
+	bin := buildTripsaga(t)
+	dir := filepath.Join(t.TempDir(), "d")
+	policy := filepath.Join(t.TempDir(), "no-such-policy.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "up", "--dir", dir, "--port", "0")
+	cmd.Env = append(withoutStackEnv(), "CANCELLATION_POLICY_FILE="+policy)
+	var o, e syncBuffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "up ended: stdout:\n%s\nstderr:\n%s", o.String(), e.String())
+	require.NotZero(t, exit.ExitCode())
+	stderr := e.String()
+	want := fmt.Sprintf("trips failed its start %d times in a row, each time with: tripsaga: trips: ", stack.GiveUpAfter)
+	require.Contains(t, stderr, want, "stderr:\n%s", stderr)
+	require.Contains(t, stderr, "CANCELLATION_POLICY_FILE="+policy)
+	require.NotContains(t, o.String(), "Ctrl-C stops everything", "up said everything runs")
+	if b, err := os.ReadFile(filepath.Join(dir, "pg", "data", "postmaster.pid")); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		if p, err := strconv.Atoi(strings.TrimSpace(line)); err == nil && alive(p) {
+			_ = syscall.Kill(p, syscall.SIGQUIT)
+			t.Fatalf("PostgreSQL (pid %d) still runs after up exited", p)
+		}
+	}
+}

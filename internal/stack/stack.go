@@ -204,6 +204,39 @@ type child struct {
 	// quickExits counts exits in a row within 5 s of a start (guarded by
 	// Stack.mu), for the restart backoff.
 	quickExits int
+	// sameExits counts the quick exits in a row whose last log line was
+	// lastExit (guarded by Stack.mu): a process that fails its start the
+	// same way [GiveUpAfter] times will not start by being restarted.
+	sameExits int
+	lastExit  string
+	// wasReady: the instance answered ready once (to [Stack.WaitReady]);
+	// from then on it is restarted and waited for however it fails
+	// (guarded by Stack.mu).
+	wasReady bool
+}
+
+// GiveUpAfter is how many quick exits in a row (within 5 s of a start),
+// each with the same last log line, make [Stack.WaitReady] stop waiting
+// for the process: a refused configuration (a bad policy file, a bad
+// variable) fails every start the same way, so restarting it more cannot
+// help, and `up` stops everything and says why instead of restarting it
+// forever. A process that dies at once for changing reasons (its peers
+// still starting), or one that was ready once (a fault in a chaos run
+// may make it fail a few restarts alike), is waited for as before.
+const GiveUpAfter = 3
+
+// StartFailedError is returned by [Stack.WaitReady] for a process that
+// exited [GiveUpAfter] times in a row right after its start with the
+// same last log line (LastLine, e.g. `tripsaga: trips: CANCELLATION_POLICY_FILE ...`).
+type StartFailedError struct {
+	Process  string
+	Exits    int
+	LastLine string
+	Log      string // the path of its log file
+}
+
+func (e *StartFailedError) Error() string {
+	return fmt.Sprintf("stack: %s failed its start %d times in a row, each time with: %s (log %s)", e.Process, e.Exits, e.LastLine, e.Log)
 }
 
 // lastLogLine returns the last non-blank line of the log file at path
@@ -859,6 +892,7 @@ func (s *Stack) startChild(in *instance) error {
 	if old := s.procs[name]; old != nil {
 		c.restarts = old.restarts + 1
 		c.quickExits = old.quickExits
+		c.sameExits, c.lastExit, c.wasReady = old.sameExits, old.lastExit, old.wasReady
 	}
 	s.procs[name] = c
 	s.mu.Unlock()
@@ -875,18 +909,24 @@ func (s *Stack) startChild(in *instance) error {
 		// A process that keeps dying at once is restarted less and less
 		// often (200 ms doubling to 10 s), and its last log line says why.
 		delay := 200 * time.Millisecond
+		line := lastLogLine(s.LogPath(name))
 		s.mu.Lock()
 		if time.Since(c.started) < 5*time.Second && !killed {
 			c.quickExits++
 			delay = min(delay<<min(c.quickExits-1, 6), 10*time.Second)
+			if line != "" && line == c.lastExit {
+				c.sameExits++
+			} else {
+				c.sameExits, c.lastExit = 1, line
+			}
 		} else {
-			c.quickExits = 0
+			c.quickExits, c.sameExits, c.lastExit = 0, 0, ""
 		}
 		s.mu.Unlock()
 		if killed {
 			s.cfg.Logger.Warn("process exited; restarting", "process", name, "err", err, "cause", "Stack.Kill, on purpose")
 		} else {
-			s.cfg.Logger.Warn("process exited; restarting", "process", name, "err", err, "in", delay, "last_log", lastLogLine(s.LogPath(name)), "log", s.LogPath(name))
+			s.cfg.Logger.Warn("process exited; restarting", "process", name, "err", err, "in", delay, "last_log", line, "log", s.LogPath(name))
 		}
 		time.Sleep(delay)
 		s.mu.Lock()
@@ -1025,13 +1065,36 @@ func (s *Stack) Pid(name string) int {
 
 // WaitReady waits until an instance answers 200 on GET /readyz (at most
 // 60 s). A NATS node is ready once it is in the cluster with a meta leader
-// and its streams and consumers are current.
+// and its streams and consumers are current. It gives up at once, with a
+// [*StartFailedError], on an instance that was never ready and has failed
+// its start the same way [GiveUpAfter] times in a row.
 func (s *Stack) WaitReady(ctx context.Context, name string) error {
 	if _, ok := s.Addr[name]; !ok {
 		return fmt.Errorf("stack: no process %s", name)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	// The stack holds each process's socket across its restarts, so a
+	// request to a process that is not running waits in the listen
+	// backlog instead of being refused: a watcher ends the wait with a
+	// [*StartFailedError] once the process gives up its start.
+	ctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := s.startFailed(name); err != nil {
+					fail(err)
+					return
+				}
+			}
+		}
+	}()
 	url := s.URL(name) + "/readyz"
 	last := "no answer yet"
 	for {
@@ -1041,6 +1104,11 @@ func (s *Stack) WaitReady(ctx context.Context, name string) error {
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 2000))
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				s.mu.Lock()
+				if c := s.procs[name]; c != nil {
+					c.wasReady = true
+				}
+				s.mu.Unlock()
 				return nil
 			}
 			last = fmt.Sprintf("%d %s", resp.StatusCode, strings.Join(strings.Fields(string(body)), " "))
@@ -1049,6 +1117,10 @@ func (s *Stack) WaitReady(ctx context.Context, name string) error {
 		}
 		select {
 		case <-ctx.Done():
+			var sf *StartFailedError
+			if errors.As(context.Cause(ctx), &sf) {
+				return sf
+			}
 			tail, _ := os.ReadFile(s.LogPath(name))
 			if len(tail) > 3000 {
 				tail = tail[len(tail)-3000:]
@@ -1059,6 +1131,18 @@ func (s *Stack) WaitReady(ctx context.Context, name string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// startFailed returns a [*StartFailedError] if the process name has
+// failed its start the same way [GiveUpAfter] times in a row, else nil.
+func (s *Stack) startFailed(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.procs[name]
+	if c == nil || c.wasReady || c.sameExits < GiveUpAfter {
+		return nil
+	}
+	return &StartFailedError{Process: name, Exits: c.sameExits, LastLine: c.lastExit, Log: s.LogPath(name)}
 }
 
 // Stop stops the services (SIGTERM, then SIGKILL after 10 s), newest
