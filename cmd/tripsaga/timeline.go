@@ -85,6 +85,9 @@ func reconcilerURL(dir string) (string, error) {
 	if u := os.Getenv("RECONCILER_URL"); u != "" {
 		return strings.TrimRight(u, "/"), nil
 	}
+	if stale := staleUp(defaultUpDir); stale != "" {
+		return "", fmt.Errorf("RECONCILER_URL is not set: %s", stale)
+	}
 	return "", errors.New("RECONCILER_URL is not set (set it as `tripsaga up` prints it, or name the folder of a running up with --dir)")
 }
 

@@ -493,6 +493,22 @@ func TestEnvForTool(t *testing.T) {
 	if _, err := envForTool(t.TempDir(), "DATABASE_URL"); !errors.Is(err, errNoUp) {
 		t.Fatalf("envForTool with a --dir where no up runs: %v", err)
 	}
+
+	// Issue 19 item 5: an up that was killed leaves .tripsaga/up.env
+	// behind and no lock; the tools said only "RECONCILER_URL is not
+	// set", as if nothing had ever run.
+	require.NoError(t, os.Mkdir(defaultUpDir, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(defaultUpDir, stack.EnvFile), []byte("export RECONCILER_URL=http://127.0.0.1:1\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(defaultUpDir, stack.LockFile), nil, 0o600))
+	t.Setenv("RECONCILER_URL", "")
+	for name, err := range map[string]error{
+		"envForTool":    func() error { _, err := envForTool("", "NATS_URL"); return err }(),
+		"reconcilerURL": func() error { _, err := reconcilerURL(""); return err }(),
+	} {
+		if err == nil || !strings.Contains(err.Error(), "the tripsaga up that wrote ") || !strings.Contains(err.Error(), "is not running") {
+			t.Errorf("%s with a stale %s: %v", name, stack.EnvFile, err)
+		}
+	}
 }
 
 // TestUpStopsOnAChildThatFailsItsStart (issue 19 item 2): a child that

@@ -71,7 +71,29 @@ func envForTool(dir string, need ...string) (app.Env, error) {
 		return env, err
 	}
 	if err := env.Require(need...); err != nil {
+		if stale := staleUp(defaultUpDir); stale != "" {
+			return env, fmt.Errorf("%w: %s", err, stale)
+		}
 		return env, fmt.Errorf("%w\n(set them as `tripsaga up` prints them, or name the folder of a running up with --dir)", err)
 	}
 	return env, nil
+}
+
+// staleUp says, when dir holds the up.env of a `tripsaga up` that is no
+// longer running (it was killed, so it could not remove the file), that
+// this up is not running and how to start it again; else "". A tool
+// missing a variable then names the real cause instead of only the
+// variable.
+func staleUp(dir string) string {
+	if _, err := os.Stat(filepath.Join(dir, stack.EnvFile)); err != nil {
+		return ""
+	}
+	if _, running, err := stack.Running(dir); err != nil || running {
+		return ""
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	return fmt.Sprintf("the tripsaga up that wrote %s is not running (it stopped without removing the file, as when killed): start it again with `tripsaga up --dir %s`, or set the variables of another system", filepath.Join(abs, stack.EnvFile), dir)
 }
