@@ -111,6 +111,10 @@ func (r *Reconciler) serveSearch(w http.ResponseWriter, req *http.Request) {
 			Detail: "q: give a trip id, an Idempotency-Key, a traveler's email or a company record id"})
 		return
 	}
+	if err := searchable(q); err != nil {
+		app.WriteProblem(w, app.Problem{Type: "about:blank", Title: "Invalid query", Status: http.StatusBadRequest, Detail: err.Error()})
+		return
+	}
 	hits, unread := r.Search(req.Context(), q)
 	writeJSON(w, http.StatusOK, map[string]any{"items": hits, "unread": unread})
 }

@@ -2,8 +2,12 @@ package reconciler
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/url"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/tripsaga/tripsaga/events"
 )
@@ -16,6 +20,21 @@ type SearchHit struct {
 	Matched string `json:"matched"`
 }
 
+// searchable refuses a query no trip id, key, email or record id can
+// match: one that is not UTF-8 or holds a control character (U+0000 to
+// U+001F, U+007F to U+009F). Asking the trips service with it only made
+// it answer 400, which the search then called unread.
+func searchable(q string) error {
+	if !utf8.ValidString(q) {
+		return errors.New("q: is not UTF-8")
+	}
+	if i := strings.IndexFunc(q, unicode.IsControl); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(q[i:])
+		return fmt.Errorf("q: holds the control character %U at byte %d; give a trip id, an Idempotency-Key, a traveler's email or a company record id", r, i)
+	}
+	return nil
+}
+
 // Search finds the trips q names: a trip id the projection knows, a step's
 // Idempotency-Key ("<trip>:hotel"), a trip request's Idempotency-Key or a
 // traveler's email (asked of the trips service's GET /ops/trips), or,
@@ -25,8 +44,8 @@ type SearchHit struct {
 func (r *Reconciler) Search(ctx context.Context, q string) (hits []SearchHit, unread []string) {
 	q = strings.TrimSpace(q)
 	hits = []SearchHit{}
-	if q == "" {
-		return hits, nil
+	if q == "" || searchable(q) != nil {
+		return hits, nil // nothing searched holds a control character
 	}
 	seen := map[string]bool{}
 	hit := func(trip, matched string) {

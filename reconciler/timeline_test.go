@@ -153,6 +153,13 @@ func TestTimeline(t *testing.T) {
 		code, _ = getBody(t, hs.URL+"/api/trips/T-nobody/timeline")
 		require.Equal(t, http.StatusNotFound, code)
 
+		// Issue 19 item 5: a query with a control character was passed
+		// to the trips service, which refused it, and the search called
+		// the trips service unread.
+		code, body = getBody(t, hs.URL+"/api/search?q=%00")
+		require.Equal(t, http.StatusBadRequest, code, body)
+		require.Contains(t, body, "q: holds the control character U+0000")
+
 		code, page := getBody(t, hs.URL+"/trips/"+trip)
 		require.Equal(t, http.StatusOK, code)
 		require.Contains(t, page, "Where it stopped:")
