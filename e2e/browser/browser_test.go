@@ -189,11 +189,18 @@ func TestConsoleInBrowser(t *testing.T) {
 	until := func(u, cond, what string) {
 		t.Helper()
 		for {
-			require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(u)), what)
-			ok, err := chromedp.Run(bctx, chromedp.Evaluate[bool](cond))
-			require.NoError(t, err, what)
-			if ok {
-				return
+			err := chromedp.Do(bctx, chromedp.Navigate(u))
+			// The timeline reloads itself 700 ms after an accepted action
+			// (console.go): a load of ours racing that reload is aborted
+			// (net::ERR_ABORTED) and is simply made again.
+			aborted := err != nil && strings.Contains(err.Error(), "net::ERR_ABORTED")
+			if !aborted {
+				require.NoError(t, err, what)
+				ok, err := chromedp.Run(bctx, chromedp.Evaluate[bool](cond))
+				require.NoError(t, err, what)
+				if ok {
+					return
+				}
 			}
 			select {
 			case <-ctx.Done():
