@@ -249,6 +249,43 @@ func FindControl(s string) (int, rune, bool) {
 	return 0, 0, false
 }
 
+// IsInvisible reports whether r changes how the text around it is shown
+// without being seen itself: the bidirectional embeddings, overrides and
+// isolates (U+202A to U+202E, U+2066 to U+2069) and marks (U+200E,
+// U+200F, U+061C), and the zero-width characters (U+200B to U+200D,
+// U+2060, U+FEFF). They are Unicode's format characters (category Cf)
+// of most use to a spoofer (Unicode Technical Report #36, "Bidirectional
+// Text Spoofing"; CVE-2021-42574, "Trojan Source").
+func IsInvisible(r rune) bool {
+	switch {
+	case r >= '\u202a' && r <= '\u202e', r >= '\u2066' && r <= '\u2069',
+		r == '\u200e', r == '\u200f', r == '\u061c',
+		r >= '\u200b' && r <= '\u200d', r == '\u2060', r == '\ufeff':
+		return true
+	}
+	return false
+}
+
+// Visible returns s with each [IsInvisible] character written as
+// "<U+202E>", so a name shown to a person (in a mail, on the console)
+// cannot reorder or hide the text around it. The trip API accepts such
+// names (trips-api.md sets no stricter rule than [FindControl]'s); they
+// are escaped where they are shown, never changed where they are kept.
+func Visible(s string) string {
+	if !strings.ContainsFunc(s, IsInvisible) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if IsInvisible(r) {
+			fmt.Fprintf(&b, "<%U>", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 // IsControl reports whether r is a control character or a line break (see
 // [FindControl]).
 func IsControl(r rune) bool {

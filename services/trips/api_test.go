@@ -82,6 +82,9 @@ func TestOneLine(t *testing.T) {
 	require.Equal(t, "Ada Lovelace", oneLine("Ada Lovelace"))
 	require.Equal(t, "Ada  Bcc: x@example.com", oneLine("Ada\r\nBcc: x@example.com"))
 	require.Equal(t, "a b c d e", oneLine("a\u2028b\u0085c\x00d\xffe"))
+	// Issue 19 item 7: a bidirectional override or a zero-width space in
+	// a name reached the mails as is, reordering or hiding the text.
+	require.Equal(t, "Ada <U+202E>ecalevoL<U+202C> and Bob<U+200B>by", oneLine("Ada \u202eecalevoL\u202c and Bob\u200bby"))
 }
 
 func TestFingerprintIgnoresKeyOrderAndSpacing(t *testing.T) {

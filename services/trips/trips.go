@@ -445,8 +445,11 @@ func (s *Service) changed(trip string) *waiter {
 // events.FindControl) and every byte that is not UTF-8 replaced by a
 // space, so that nothing a traveler or a company sent can start a new line
 // in a mail: the API refuses such names, and this also covers trips
-// recorded before it did and the companies' reasons.
+// recorded before it did and the companies' reasons. Bidirectional and
+// zero-width characters, which the API accepts, are shown as "<U+202E>"
+// ([events.Visible]), so a name cannot reorder the mail's line.
 func oneLine(s string) string {
+	s = events.Visible(s)
 	if _, _, bad := events.FindControl(s); !bad {
 		return s
 	}
