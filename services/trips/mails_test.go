@@ -160,13 +160,29 @@ func (g *mailRig) stepDone(t *testing.T, trip, step string) bool {
 func TestDelayNotice(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	const after = 800 * time.Millisecond
+	// The limit is far longer than any test machine takes to settle the
+	// quick trip (at 800 ms, a loaded machine gave it a notice too); the
+	// stuck trip is made due by moving its canceling_since back, by the
+	// database's clock, once the pass has found it not yet due.
+	const after = 10 * time.Minute
 	g := newMailRig(t, after)
 	stuck, quick := g.book(t, "notice-stuck"), g.book(t, "notice-quick")
 
 	g.step(t, quick, events.HotelHeld, events.PaymentCharged, events.CarRejected, events.PaymentRefunded, events.HotelReleased)
 	g.step(t, stuck, events.HotelHeld, events.PaymentCharged, events.CarRejected, events.PaymentRefundStuck, events.HotelReleased)
 	testenv.Eventually(t, func() bool { return g.stepDone(t, quick, "mail") }, "the quick trip's cancellation mail is sent")
+	testenv.Eventually(t, func() bool { return g.status(t, stuck) == StatusCanceling }, "the stuck trip is canceling")
+	for _, s := range []*Service{g.a, g.b} {
+		n, err := s.NoticePass(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n, "not due before the limit")
+	}
+	_, err := g.pool.Exec(ctx, `UPDATE trips SET canceling_since = canceling_since - make_interval(secs => $2) WHERE trip_id = $1`,
+		stuck, (after + time.Second).Seconds())
+	require.NoError(t, err)
+	n, err := g.b.NoticePass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "due once past the limit")
 	testenv.Eventually(t, func() bool { return g.stepDone(t, stuck, NoticeStep) }, "the stuck trip's notice is sent")
 	require.Equal(t, StatusCanceling, g.status(t, stuck))
 
