@@ -434,6 +434,7 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 
 {{define "console"}}<div id="console">` + navBar + `
 {{with .Figures}}<h2>Figures</h2>
+{{with .Rebuild}}<p id="rebuild" class="warn"><b>The view is {{if .Running}}being rebuilt{{else}}half rebuilt{{end}}</b> (since {{.Since.Format "2006-01-02 15:04:05"}} UTC): {{if .Running}}a replay is under way{{else}}its replay stopped half-way; run <code>tripsaga replay reconciler</code> again{{end}}. The figures and findings below are incomplete until it finishes, and the sweep raises none meanwhile.</p>{{end}}
 <table id="figures">
 <tr><th>unfinished trips</th><td id="fig-unfinished">{{.Unfinished}}</td><td>{{if .OldestUnfinished}}oldest <a href="/trips/{{.OldestUnfinished}}">{{.OldestUnfinished}}</a>, {{.OldestUnfinishedAge}} old{{else}}none{{end}}</td></tr>
 <tr><th>request to final answer, last hour</th><td>{{.Answers.N}} trips</td><td>p50 {{ms .Answers.P50}} · p95 {{ms .Answers.P95}} · p99 {{ms .Answers.P99}}</td></tr>

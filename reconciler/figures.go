@@ -210,6 +210,36 @@ type Figures struct {
 	Consumers []ConsumerLag `json:"consumers"`
 	// Unread names the services whose /metrics could not be read.
 	Unread []string `json:"unread,omitempty"`
+	// Rebuild, when set, is a rebuild of the view (tripsaga replay
+	// reconciler) under way or left half-way: Unfinished and the findings
+	// are incomplete until one finishes.
+	Rebuild *RebuildState `json:"rebuild,omitempty"`
+}
+
+// RebuildState is a rebuild of the view that has not finished: Since is
+// when its clear committed; Running says a replay holds the replay lock
+// now (false: it stopped half-way, killed or failed, and `tripsaga replay
+// reconciler` must run again to finish it).
+type RebuildState struct {
+	Since   time.Time `json:"since"`
+	Running bool      `json:"running"`
+}
+
+// rebuildState returns the unfinished rebuild of the view, or nil.
+func (r *Reconciler) rebuildState(ctx context.Context) (*RebuildState, error) {
+	since, err := queries.RebuildUnfinished(ctx, r.cfg.Pool, ProjectionName)
+	if err != nil || len(since) == 0 {
+		return nil, err
+	}
+	st := &RebuildState{Since: since[0].UTC()}
+	tx, err := r.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return st, err
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	idle, err := queries.SweepTryLockShared(ctx, tx)
+	st.Running = err == nil && !idle
+	return st, err
 }
 
 // DayCount is a number for one UTC day ("2026-11-30").
@@ -248,6 +278,9 @@ func (r *Reconciler) Figures(ctx context.Context) (Figures, error) {
 		return f, fmt.Errorf("figures: unfinished: %w", err)
 	}
 	f.Unfinished, f.OldestUnfinished = int(row.Trips), row.OldestTrip
+	if f.Rebuild, err = r.rebuildState(ctx); err != nil {
+		return f, fmt.Errorf("figures: rebuild: %w", err)
+	}
 	f.OldestUnfinishedAge = time.Duration(row.OldestAgeSeconds * float64(time.Second)).Round(time.Second)
 	days, err := queries.FindingHalfPerDay(ctx, r.cfg.Pool, time.Now().UTC().Truncate(24*time.Hour).Add(-6*24*time.Hour))
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/fault"
 	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
 )
 
@@ -48,7 +49,16 @@ type ReplayConfig struct {
 	// the streams (from several goroutines at once), e.g. for a progress
 	// bar.
 	Progress func(read int)
+
+	// ifIdle: take the replay lock without waiting, and return
+	// errReplayBusy when another replay holds it (the reconciler's resume
+	// of a rebuild left half-way, which one replica runs).
+	ifIdle bool
 }
+
+// errReplayBusy is returned by a [Replay] with ifIdle while another
+// replay runs.
+var errReplayBusy = errors.New("replay: another replay is running")
 
 // ReplayStats is what a replay did.
 type ReplayStats struct {
@@ -110,7 +120,12 @@ func ReplayProjection(ctx context.Context, name string, cfg ReplayConfig) (Repla
 //     to the durable consumers.
 //
 // The live projection keeps running meanwhile, so trip_view is incomplete
-// until Replay returns. Errors of a batch that lost a deadlock to the live
+// until Replay returns. The clear records the rebuild as under way
+// (view_rebuild) and only the replay's end records it finished: a replay
+// killed half-way (SIGKILL after the clear) leaves it unfinished, the
+// sweep then judges no half-built view, the dashboard says the view is
+// being rebuilt, and the reconciler runs the replay again
+// ([Reconciler.ResumeRebuild]) until one finishes. Errors of a batch that lost a deadlock to the live
 // projection are retried.
 func Replay(ctx context.Context, cfg ReplayConfig) (ReplayStats, error) {
 	if cfg.Pool == nil || cfg.JetStream == nil {
@@ -133,7 +148,15 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayStats, error) {
 		return stats, fmt.Errorf("replay: %w", err)
 	}
 	defer conn.Release()
-	if err := queries.ReplayLock(ctx, conn); err != nil {
+	if cfg.ifIdle {
+		locked, err := queries.ReplayTryLock(ctx, conn)
+		if err != nil {
+			return stats, fmt.Errorf("replay: lock: %w", err)
+		}
+		if !locked {
+			return stats, errReplayBusy
+		}
+	} else if err := queries.ReplayLock(ctx, conn); err != nil {
 		return stats, fmt.Errorf("replay: lock: %w", err)
 	}
 	defer func() {
@@ -145,6 +168,9 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayStats, error) {
 
 	if err := clearProjection(ctx, conn); err != nil {
 		return stats, err
+	}
+	if err := fault.Hit(ctx, fault.At("reconciler", "replay", "after_clear"), ""); err != nil {
+		return stats, fmt.Errorf("replay: %w", err)
 	}
 	// The appliers use the pool's other connections; with a pool of one
 	// (pool_max_conns=1) one applier uses the connection that holds the
@@ -199,6 +225,11 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayStats, error) {
 			stats.PerStream[k] += v
 		}
 	}
+	// Only now is the view whole again: a replay killed before this line
+	// leaves its rebuild unfinished, and the reconciler runs it again.
+	if err := queries.RebuildFinish(ctx, conn, ProjectionName); err != nil {
+		return stats, fmt.Errorf("replay: finish: %w", err)
+	}
 	if stats.Trips, err = queries.TripViewCount(ctx, conn); err != nil {
 		return stats, fmt.Errorf("replay: count: %w", err)
 	}
@@ -227,6 +258,9 @@ func clearProjection(ctx context.Context, db beginner) error {
 	}
 	if _, err := queries.InboxDeleteByConsumer(ctx, tx, ProjectionName); err != nil {
 		return fmt.Errorf("replay: clear inbox: %w", err)
+	}
+	if err := queries.RebuildBegin(ctx, tx, ProjectionName); err != nil {
+		return fmt.Errorf("replay: clear: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("replay: clear: commit: %w", err)

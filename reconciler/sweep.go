@@ -168,6 +168,19 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 		r.log.Info("reconciler: sweep skipped, a replay is rebuilding the view")
 		return res, nil
 	}
+	// A rebuild that stopped half-way (killed after its clear) leaves the
+	// view missing trips: judged, every company record of theirs would be
+	// a false orphan. No sweep until a replay finishes it.
+	since, err := queries.RebuildUnfinished(ctx, tx, ProjectionName)
+	if err != nil {
+		return res, fmt.Errorf("sweep: rebuild: %w", err)
+	}
+	if len(since) > 0 {
+		res.Skipped = true
+		res.SkippedFor = fmt.Sprintf("the rebuild of the view begun %s stopped half-way; run `tripsaga replay reconciler` again to finish it", since[0].UTC().Format(time.RFC3339))
+		r.log.Warn("reconciler: sweep skipped, the view's rebuild stopped half-way", "since", since[0])
+		return res, nil
+	}
 	if locked, err = queries.SweepTryLockLeader(ctx, tx); err != nil {
 		return res, fmt.Errorf("sweep: lock: %w", err)
 	}

@@ -128,6 +128,10 @@ const (
 	CarInboxAfterCommit        = "car.inbox.after_commit"
 	InsuranceInboxAfterCommit  = "insurance.inbox.after_commit"
 	ReconcilerInboxAfterCommit = "reconciler.inbox.after_commit"
+
+	// ReconcilerReplayAfterClear is in `tripsaga replay reconciler`,
+	// right after the transaction that cleared the view committed.
+	ReconcilerReplayAfterClear = "reconciler.replay.after_clear"
 )
 
 // Points lists every point, the ones a rule may name.
@@ -149,6 +153,7 @@ var Points = []string{ //nolint:gochecknoglobals // read-only
 	TripsTravelerMailBeforeCall, TripsTravelerMailAnswerUnread, TripsTravelerMailAfterCall, TripsTravelerMailAfterLog,
 	TripsRelayAfterPublish, HotelRelayAfterPublish, PaymentRelayAfterPublish, CarRelayAfterPublish, InsuranceRelayAfterPublish,
 	TripsInboxAfterCommit, HotelInboxAfterCommit, PaymentInboxAfterCommit, CarInboxAfterCommit, InsuranceInboxAfterCommit, ReconcilerInboxAfterCommit,
+	ReconcilerReplayAfterClear,
 }
 
 // Process returns the process a point is in: its first part.

@@ -173,3 +173,9 @@ type TripViewShadow struct {
 	FirstEventAt time.Time
 	LastEventAt  time.Time
 }
+
+type ViewRebuild struct {
+	Projection string
+	StartedAt  time.Time
+	FinishedAt *time.Time
+}

@@ -97,6 +97,52 @@ func (q *Queries) ProjectionLockShared(ctx context.Context, db DBTX) error {
 	return err
 }
 
+const rebuildBegin = `-- name: RebuildBegin :exec
+INSERT INTO view_rebuild (projection, started_at, finished_at) VALUES ($1, now(), NULL)
+ON CONFLICT (projection) DO UPDATE SET started_at = now(), finished_at = NULL
+`
+
+// In the clearing transaction: the projection's rebuild is under way.
+func (q *Queries) RebuildBegin(ctx context.Context, db DBTX, projection string) error {
+	_, err := db.Exec(ctx, rebuildBegin, projection)
+	return err
+}
+
+const rebuildFinish = `-- name: RebuildFinish :exec
+UPDATE view_rebuild SET finished_at = now() WHERE projection = $1
+`
+
+func (q *Queries) RebuildFinish(ctx context.Context, db DBTX, projection string) error {
+	_, err := db.Exec(ctx, rebuildFinish, projection)
+	return err
+}
+
+const rebuildUnfinished = `-- name: RebuildUnfinished :many
+SELECT started_at FROM view_rebuild WHERE projection = $1 AND finished_at IS NULL
+`
+
+// The start of the projection's rebuild if it has not finished (no row,
+// or a finished one, when none is under way or left half-way).
+func (q *Queries) RebuildUnfinished(ctx context.Context, db DBTX, projection string) ([]time.Time, error) {
+	rows, err := db.Query(ctx, rebuildUnfinished, projection)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []time.Time
+	for rows.Next() {
+		var started_at time.Time
+		if err := rows.Scan(&started_at); err != nil {
+			return nil, err
+		}
+		items = append(items, started_at)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const replayLock = `-- name: ReplayLock :exec
 SELECT pg_advisory_lock(hashtext(current_schema() || '/reconciler/replay'))
 `
@@ -106,6 +152,18 @@ SELECT pg_advisory_lock(hashtext(current_schema() || '/reconciler/replay'))
 func (q *Queries) ReplayLock(ctx context.Context, db DBTX) error {
 	_, err := db.Exec(ctx, replayLock)
 	return err
+}
+
+const replayTryLock = `-- name: ReplayTryLock :one
+SELECT pg_try_advisory_lock(hashtext(current_schema() || '/reconciler/replay'))::bool AS locked
+`
+
+// ReplayLock without waiting: false when another session holds it.
+func (q *Queries) ReplayTryLock(ctx context.Context, db DBTX) (bool, error) {
+	row := db.QueryRow(ctx, replayTryLock)
+	var locked bool
+	err := row.Scan(&locked)
+	return locked, err
 }
 
 const replayUnlock = `-- name: ReplayUnlock :exec

@@ -127,3 +127,20 @@ RETURNING trip_id, seen, status, settled, version;
 -- trip.cancellation_requested), for the sweep.
 UPDATE trip_view SET refund_cents = @refund_cents::bigint, updated_at = now()
 WHERE trip_id = @trip_id;
+
+-- name: RebuildBegin :exec
+-- In the clearing transaction: the projection's rebuild is under way.
+INSERT INTO view_rebuild (projection, started_at, finished_at) VALUES (@projection, now(), NULL)
+ON CONFLICT (projection) DO UPDATE SET started_at = now(), finished_at = NULL;
+
+-- name: RebuildFinish :exec
+UPDATE view_rebuild SET finished_at = now() WHERE projection = @projection;
+
+-- name: RebuildUnfinished :many
+-- The start of the projection's rebuild if it has not finished (no row,
+-- or a finished one, when none is under way or left half-way).
+SELECT started_at FROM view_rebuild WHERE projection = @projection AND finished_at IS NULL;
+
+-- name: ReplayTryLock :one
+-- ReplayLock without waiting: false when another session holds it.
+SELECT pg_try_advisory_lock(hashtext(current_schema() || '/reconciler/replay'))::bool AS locked;
