@@ -22,6 +22,8 @@ var (
 		"Outbox events waiting to be published (not quarantined): the relay's backlog.", nil, nil)
 	descOutboxOldest = prometheus.NewDesc("tripsaga_outbox_oldest_pending_age_seconds",
 		"Age of the oldest outbox event waiting to be published (0 when none waits).", nil, nil)
+	descOldestTx = prometheus.NewDesc("tripsaga_pg_oldest_transaction_age_seconds",
+		"Age of the oldest open transaction in the service's database that its role can see in pg_stat_activity (all of them with pg_read_all_stats), 0 when none: a snapshot held open keeps the row versions the relay's claim reads must step over.", nil, nil)
 	descIncidentsOpen = prometheus.NewDesc("tripsaga_incidents_open",
 		"Incidents raised for a person and not resolved, by step and kind, with who owns them (INCIDENT_OWNER).", []string{"step", "kind", "owner"}, nil)
 	descIncidentsEscalated = prometheus.NewDesc("tripsaga_incidents_escalated",
@@ -77,7 +79,7 @@ func (p *Process) ExportState(consumers ...string) error {
 
 // Describe implements prometheus.Collector.
 func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descOutboxPending, descOutboxOldest, descIncidentsOpen, descIncidentsEscalated,
+	for _, d := range []*prometheus.Desc{descOutboxPending, descOutboxOldest, descOldestTx, descIncidentsOpen, descIncidentsEscalated,
 		descStepsOpen, descStepsOldest, descConsumerPending, descConsumerAckPending, descConsumerOldest, descDeadLetters, descStateUp} {
 		ch <- d
 	}
@@ -112,6 +114,16 @@ func (c *StateCollector) collectTables(ctx context.Context, ch chan<- prometheus
 	}
 	ch <- prometheus.MustNewConstMetric(descOutboxPending, prometheus.GaugeValue, float64(pending))
 	ch <- prometheus.MustNewConstMetric(descOutboxOldest, prometheus.GaugeValue, max(oldest, 0))
+
+	// Another session's xact_start is NULL to a role without
+	// pg_read_all_stats (PostgreSQL docs, "The Cumulative Statistics
+	// System", pg_stat_activity): then only the role's own count.
+	var oldestTx float64
+	if err := c.Pool.QueryRow(ctx, `SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(xact_start)), 0)::float8
+		FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL`).Scan(&oldestTx); err != nil {
+		return fmt.Errorf("oldest transaction: %w", err)
+	}
+	ch <- prometheus.MustNewConstMetric(descOldestTx, prometheus.GaugeValue, max(oldestTx, 0))
 
 	escalate := c.EscalateAfter
 	if escalate <= 0 {

@@ -87,6 +87,22 @@ func TestStateCollector(t *testing.T) {
 	v, _ = gauge(t, reg, "tripsaga_outbox_oldest_pending_age_seconds", nil)
 	require.InDelta(t, 90, v, 30)
 
+	// Issue 19 item 9: a transaction held open (a snapshot a forgotten
+	// session keeps) is seen: the gauge is at least its age, by the
+	// database's clock, at the scrape.
+	open, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = open.Rollback(ctx) }()
+	var began time.Time
+	require.NoError(t, open.QueryRow(ctx, `SELECT now()`).Scan(&began))
+	var atLeast float64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT EXTRACT(EPOCH FROM now() - $1::timestamptz)::float8`, began).Scan(&atLeast))
+	v, ok = gauge(t, reg, "tripsaga_pg_oldest_transaction_age_seconds", nil)
+	require.True(t, ok)
+	require.Positive(t, v)
+	require.GreaterOrEqual(t, v, atLeast)
+	require.NoError(t, open.Rollback(ctx))
+
 	// One open incident, one resolved.
 	_, err = pool.Exec(ctx, `INSERT INTO incidents (trip_id, step, kind, attempts, last_error, resolved_at) VALUES
 		('T-1', 'hotel', 'compensation_stuck', 5, 'release: 503', NULL),
