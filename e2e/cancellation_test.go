@@ -386,7 +386,7 @@ func (g *cancelRig) api(t *testing.T) {
 	require.Equal(t, "canceled_by_traveler", trip["status"])
 	booked := map[string]any{"hotel": "held", "payment": "charged", "car": "booked"}
 	undone := map[string]any{"hotel": "released", "payment": "refunded", "car": "canceled"}
-	if demo.InsuranceOn() { // the stack inherits STEPS
+	if demo.InsuranceOn(events.Selected()) { // the stack inherits STEPS
 		booked["insurance"], undone["insurance"] = "bought", "canceled"
 	}
 	require.Equal(t, booked, trip["steps"], "the booking's history is kept")

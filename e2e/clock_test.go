@@ -98,7 +98,7 @@ func oneClock(t *testing.T, offset time.Duration, retries bool, env []string) {
 		"PostgreSQL's now() is %s, the machine's %s: not %s off", dbNow, before, offset)
 
 	urls := s.CompanyURLs()
-	e := envOf(s, demo.InsuranceOn())
+	e := envOf(s, demo.InsuranceOn(events.Selected()))
 	nonce := fmt.Sprintf("%d", time.Now().UnixNano()%1e9)
 	request := func(tag string) events.TripRequest {
 		in := time.Now().AddDate(0, 0, 30)

@@ -102,7 +102,7 @@ func ownStack(t *testing.T, prefix string, env ...string) *stack.Stack {
 	return s
 }
 
-func env() *demo.Env { return envOf(sys, demo.InsuranceOn()) }
+func env() *demo.Env { return envOf(sys, demo.InsuranceOn(events.Selected())) }
 
 // envOf points the demo at the stack s; insured: s runs the insurance step
 // (its policies are judged too).
@@ -130,7 +130,7 @@ func envOf(s *stack.Stack, insured bool) *demo.Env {
 // ends as it must, against the companies' own records. With STEPS naming
 // insurance in the environment, the whole suite runs with four steps.
 func TestSituations(t *testing.T) {
-	checkSituations(t, demo.Situations(), env)
+	checkSituations(t, demo.SituationsOf(events.Selected()), env)
 }
 
 // checkSituations runs sits at once, each against an env of newEnv, and

@@ -25,7 +25,7 @@ import (
 // steps (STEPS in the environment).
 func TestSituationsWithInsurance(t *testing.T) {
 	require.NotEmpty(t, bin, "TestMain builds the binary")
-	if demo.InsuranceOn() {
+	if demo.InsuranceOn(events.Selected()) {
 		t.Skip("STEPS names insurance: TestSituations runs every situation with four steps")
 	}
 	dir := t.TempDir()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/demo"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/reconciler"
@@ -55,7 +56,7 @@ func TestTimelineCommand(t *testing.T) {
 		status[r.Company] = r.Record.Status()
 	}
 	want := map[string]string{"hotel": "held", "payments": "charged", "cars": "booked"}
-	if demo.InsuranceOn() {
+	if demo.InsuranceOn(events.Selected()) {
 		want["insurer"] = "active"
 	}
 	require.Equal(t, want, status)

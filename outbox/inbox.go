@@ -69,7 +69,7 @@ type InboxConfig struct {
 	Name string
 	// Stream to consume. Required.
 	Stream string
-	// FilterSubjects select the events (e.g. "hotel.held.>"). Required.
+	// FilterSubjects select the events (e.g. "stock.reserved.>"). Required.
 	FilterSubjects []string
 	// Types are the event types the handler accepts; any other type is
 	// parked as unknown. Required.
@@ -244,7 +244,7 @@ func (in *Inbox) Run(ctx context.Context) error {
 		in.cfg.Logger.Warn("inbox: the stream does not exist yet (its service creates it at start, or tripsaga streams apply); consuming once it appears",
 			"consumer", in.cfg.Name, "stream", in.cfg.Stream)
 		// While it waits (for as long as the stream's service is not run:
-		// the INSURANCE stream of a system without insurance, say), a
+		// the stream of an optional step the system runs without, say), a
 		// failure to reach PostgreSQL or NATS is one more reason to ask
 		// again, never one to end the process.
 		for delay := 200 * time.Millisecond; err != nil; delay = min(2*delay, StreamWaitMax) {

@@ -87,8 +87,8 @@ func write(ctx context.Context, tx pgx.Tx, relay *Relay, streams events.Catalogu
 			return fmt.Errorf("outbox: event %s: %w", e.ID(), err)
 		}
 		// Any version's streams (the trip's events.Full), not only this
-		// process's STEPS: the insurer goes on finishing the trips of a
-		// version with insurance after STEPS turned it off.
+		// process's STEPS: an optional step's service goes on finishing
+		// the sagas of a version with it after STEPS turned it off.
 		if _, ok := streams.StreamOf(subject); !ok {
 			return fmt.Errorf("outbox: event %s: %w: no stream of the catalogue holds subject %q", e.ID(), events.ErrInvalidEvent, subject)
 		}

@@ -121,7 +121,7 @@ func NewOperator(cfg OperatorConfig) (*Operator, error) {
 		// identity allows (internal/natsauth).
 		EnsureStreams: func(ctx context.Context) error {
 			n, _ := events.StreamReplicas()
-			return events.EnsureServiceStreams(ctx, r.cfg.JetStream, events.Selected(), ProjectionName, n)
+			return events.EnsureServiceStreams(ctx, r.cfg.JetStream, r.cfg.Catalogue, ProjectionName, n)
 		},
 	})
 	if err != nil {
@@ -216,9 +216,10 @@ func bad(field, detail string) error {
 	return &ActionError{Status: http.StatusBadRequest, Field: field, Detail: detail}
 }
 
-// actionServices are the services that carry out actions about a trip.
-func actionServices() []string {
-	return slices.DeleteFunc(slices.Clone(events.Selected().Operator.Consumers), func(s string) bool { return s == ProjectionName })
+// actionServices are the services of catalogue c that carry out actions
+// about a trip.
+func actionServices(c events.Catalogue) []string {
+	return slices.DeleteFunc(slices.Clone(c.Operator.Consumers), func(s string) bool { return s == ProjectionName })
 }
 
 // Act validates ar, records it under key (the audit trail) and writes its
@@ -252,10 +253,10 @@ func (o *Operator) Act(ctx context.Context, key string, ar ActionRequest) (ev ev
 		if err != nil {
 			return ev, false, err
 		}
-		if !slices.Contains(events.Selected().Operator.Consumers, dl.Consumer) {
+		if !slices.Contains(o.r.cfg.Catalogue.Operator.Consumers, dl.Consumer) {
 			return ev, false, &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
 				"dead letter %d was parked by consumer %q, which does not take re-drives (those that do: %s)",
-				dl.Seq, dl.Consumer, strings.Join(events.Selected().Operator.Consumers, ", "))}
+				dl.Seq, dl.Consumer, strings.Join(o.r.cfg.Catalogue.Operator.Consumers, ", "))}
 		}
 		if ar.Service != "" && ar.Service != dl.Consumer {
 			return ev, false, bad("service", fmt.Sprintf("dead letter %d was parked by %s; it is re-driven there only", dl.Seq, dl.Consumer))
@@ -273,7 +274,7 @@ func (o *Operator) Act(ctx context.Context, key string, ar ActionRequest) (ev ev
 		if err := events.ValidateTripID(ar.Trip); err != nil {
 			return ev, false, bad("trip", fmt.Sprintf("%q is not a trip id (T-...): no spaces, dots, * or >", ar.Trip))
 		}
-		if svcs := actionServices(); !slices.Contains(svcs, ar.Service) {
+		if svcs := actionServices(o.r.cfg.Catalogue); !slices.Contains(svcs, ar.Service) {
 			return ev, false, bad("service", "one of "+strings.Join(svcs, ", "))
 		}
 		if ar.Incident != "" && ar.Action != events.ActionResolve {

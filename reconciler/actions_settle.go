@@ -36,7 +36,7 @@ func (o *Operator) settleable(ctx context.Context, key string, ar ActionRequest)
 	// The trip's own order decides which step the service owns and
 	// whether it has an undo (the car is compensable in a charge-last
 	// trip, the pivot in a default one); STEPS for a trip not seen yet.
-	cat := events.Selected()
+	cat := o.r.cfg.Catalogue
 	if v, err := queries.TripViewGet(ctx, o.r.cfg.Pool, ar.Trip); err == nil {
 		if c, err := events.CatalogueOf(v.Version); err == nil {
 			cat = c

@@ -99,7 +99,7 @@ func (r *Reconciler) serveTimelinePage(w http.ResponseWriter, req *http.Request)
 	if t.View == nil && len(t.Entries) == 0 {
 		w.WriteHeader(http.StatusNotFound)
 	}
-	if err := consolePages.ExecuteTemplate(w, "timeline", p); err != nil {
+	if err := r.pages.ExecuteTemplate(w, "timeline", p); err != nil {
 		r.log.Warn("reconciler: timeline render", "err", err)
 	}
 }
@@ -131,7 +131,7 @@ func (r *Reconciler) serveSearchPage(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if err := consolePages.ExecuteTemplate(w, "search", map[string]any{"Q": q, "Hits": hits, "Unread": unread}); err != nil {
+	if err := r.pages.ExecuteTemplate(w, "search", map[string]any{"Q": q, "Hits": hits, "Unread": unread}); err != nil {
 		r.log.Warn("reconciler: search render", "err", err)
 	}
 }
@@ -179,7 +179,7 @@ func (r *Reconciler) serveIncidentsPage(w http.ResponseWriter, req *http.Request
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	rows := incidentRows(items, time.Now())
 	data := map[string]any{"Items": rows, "Unread": unread, "Hidden": len(items) - len(rows)}
-	if err := consolePages.ExecuteTemplate(w, "incidents", data); err != nil {
+	if err := r.pages.ExecuteTemplate(w, "incidents", data); err != nil {
 		r.log.Warn("reconciler: incidents render", "err", err)
 	}
 }
@@ -203,7 +203,7 @@ func (r *Reconciler) serveDeadLettersPage(w http.ResponseWriter, req *http.Reque
 		rows = append(rows, deadLetterRow{DeadLetter: dls[i], Key: newKey(), Headers: string(h)})
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if err := consolePages.ExecuteTemplate(w, "deadletters", map[string]any{"Items": rows}); err != nil {
+	if err := r.pages.ExecuteTemplate(w, "deadletters", map[string]any{"Items": rows}); err != nil {
 		r.log.Warn("reconciler: dead letters render", "err", err)
 	}
 }
@@ -271,7 +271,8 @@ var consoleFuncs = template.FuncMap{ //nolint:gochecknoglobals // read-only
 		b, _ := json.MarshalIndent(v, "", "  ")
 		return string(b)
 	},
-	"actors": actionServices,
+	// actors and owner are the catalogue's: [consolePagesOf] sets them.
+	"actors": func() []string { return nil },
 	"dict": func(kv ...any) map[string]any {
 		m := map[string]any{}
 		for i := 0; i+1 < len(kv); i += 2 {
@@ -289,12 +290,22 @@ var consoleFuncs = template.FuncMap{ //nolint:gochecknoglobals // read-only
 		return out
 	},
 	"settles": settleOutcomes,
-	"owner": func(step string) string {
-		if s, ok := events.Selected().Step(step); ok {
-			return s.Service
-		}
-		return step
-	},
+	"owner":   func(step string) string { return step },
+}
+
+// consolePagesOf returns the console's pages for a system running
+// catalogue c: who carries out actions ("actors") and which service owns
+// a step ("owner") are c's.
+func consolePagesOf(c events.Catalogue) *template.Template {
+	return template.Must(consolePages.Clone()).Funcs(template.FuncMap{
+		"actors": func() []string { return actionServices(c) },
+		"owner": func(step string) string {
+			if s, ok := c.Step(step); ok {
+				return s.Service
+			}
+			return step
+		},
+	})
 }
 
 // settleOutcomes are the outcomes a settle button of an incident of kind
@@ -457,7 +468,7 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 // chart).
 func (r *Reconciler) renderConsole(req *http.Request) template.HTML {
 	var b strings.Builder
-	if err := consolePages.ExecuteTemplate(&b, "console", r.console(req)); err != nil {
+	if err := r.pages.ExecuteTemplate(&b, "console", r.console(req)); err != nil {
 		r.log.Warn("reconciler: console render", "err", err)
 	}
 	return template.HTML(b.String()) //nolint:gosec // rendered by html/template

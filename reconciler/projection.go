@@ -30,7 +30,8 @@ func projectionTypes() []string {
 	return p.Consumes
 }
 
-// Status derives a trip's status from the event kinds seen, in any order.
+// Status derives the status of a trip in catalogue c's order from the
+// event kinds seen, in any order.
 // A trip.confirmed or trip.canceled event settles the trip (settled is
 // "confirmed" or "canceled", confirmed winning if both were ever seen);
 // until then the status is [trips.Project] of the step events, the rule the
@@ -40,8 +41,8 @@ func projectionTypes() []string {
 // settles it as "canceled_by_traveler"; after trip.cancellation_requested
 // and until then it is "canceling_by_traveler", not settled (so a
 // cancellation that never ends is found stuck).
-func Status(seen []string) (status, settled string) {
-	return StatusOf(events.Selected().Version(), seen)
+func Status(c events.Catalogue, seen []string) (status, settled string) {
+	return StatusOf(c.Version(), seen)
 }
 
 // StatusOf is [Status] for a trip of version (events.VersionExtension; ""

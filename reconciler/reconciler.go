@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"html/template"
 	"log/slog"
 	"os"
 	"strconv"
@@ -77,6 +78,11 @@ type Config struct {
 	// orphan, since its trip.requested may still be on the way to us.
 	// Defaults to 30 s.
 	OrphanGrace time.Duration
+	// Catalogue is the saga's steps in the order this system runs them
+	// (STEPS, app.Env.Steps): the timeline's columns, the services that
+	// carry out actions, the owners of steps. Zero: events.Default. A
+	// trip is still judged by its own version's order.
+	Catalogue events.Catalogue
 	// Services are the base URLs of the services' operator endpoints, by
 	// service name (see [ServiceURLsEnv]): timelines read their step logs
 	// and incidents there, the search asks the trips service. Optional.
@@ -99,6 +105,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(c.Catalogue.Steps) == 0 {
+		c.Catalogue = events.Default
 	}
 }
 
@@ -124,6 +133,9 @@ type Reconciler struct {
 	figures *figures
 	sweepMu sync.Mutex
 	last    atomic.Pointer[SweepResult]
+	// pages are the console's templates, with cfg.Catalogue's actors
+	// and owners.
+	pages *template.Template
 }
 
 // New validates cfg (errors wrap [ErrInvalidConfig]), registers the
@@ -133,7 +145,7 @@ func New(cfg Config) (*Reconciler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Reconciler{cfg: cfg, log: cfg.Logger}
+	r := &Reconciler{cfg: cfg, log: cfg.Logger, pages: consolePagesOf(cfg.Catalogue)}
 	var err error
 	if r.metrics, err = newMetrics(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("reconciler: metrics: %w", err)
@@ -325,7 +337,7 @@ func Run(ctx context.Context, env app.Env) error {
 		return fmt.Errorf("reconciler: metrics: %w", err)
 	}
 	var insurer *provider.Client
-	if _, on := events.Selected().Step("insurance"); on {
+	if _, on := env.Steps().Step("insurance"); on {
 		if err := env.Require("INSURER_URL"); err != nil {
 			return fmt.Errorf("reconciler: the insurance step is on: %w", err)
 		}
@@ -338,7 +350,7 @@ func Run(ctx context.Context, env app.Env) error {
 		insurer = provider.Insurer(env.InsurerURL)
 	}
 	r, err := New(Config{
-		Pool: p.Pool, JetStream: p.JS, Insurer: insurer,
+		Pool: p.Pool, JetStream: p.JS, Insurer: insurer, Catalogue: env.Steps(),
 		Hotel: provider.Hotel(env.HotelURL), Payments: provider.Payments(env.PaymentsURL), Cars: provider.Cars(env.CarsURL),
 		Interval: interval, StuckAfter: stuck, Services: services, Registerer: p.Registry, Logger: p.Log,
 	})

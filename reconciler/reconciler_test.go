@@ -277,11 +277,11 @@ func TestStatus(t *testing.T) {
 		for _, typ := range sc.types {
 			seen = append(seen, events.Kind(typ))
 		}
-		status, settled := Status(seen)
+		status, settled := Status(events.Selected(), seen)
 		require.Equal(t, sc.status, status, sc.name)
 		require.Equal(t, sc.settled, settled, sc.name)
 	}
-	status, settled := Status([]string{"trip.canceled"})
+	status, settled := Status(events.Selected(), []string{"trip.canceled"})
 	require.Equal(t, "canceled", status, "a trip.canceled event settles the trip by itself")
 	require.Equal(t, "canceled", settled)
 }

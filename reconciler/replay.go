@@ -37,6 +37,10 @@ type ReplayConfig struct {
 	Pool *pgxpool.Pool
 	// JetStream holds the streams. Required.
 	JetStream jetstream.JetStream
+	// Catalogue is the saga's steps as the system runs them (STEPS): a
+	// missing stream of a step it does not run is skipped. Zero:
+	// events.Default.
+	Catalogue events.Catalogue
 	// BatchSize is how many events are applied per transaction. Defaults
 	// to 500.
 	BatchSize int
@@ -54,6 +58,14 @@ type ReplayConfig struct {
 	// errReplayBusy when another replay holds it (the reconciler's resume
 	// of a rebuild left half-way, which one replica runs).
 	ifIdle bool
+}
+
+// catalogue is cfg.Catalogue, or events.Default.
+func (cfg ReplayConfig) catalogue() events.Catalogue {
+	if len(cfg.Catalogue.Steps) == 0 {
+		return events.Default
+	}
+	return cfg.Catalogue
 }
 
 // errReplayBusy is returned by a [Replay] with ifIdle while another
@@ -312,7 +324,7 @@ func readProjectionStreams(ctx context.Context, g *errgroup.Group, cfg ReplayCon
 func replayStream(ctx context.Context, cfg ReplayConfig, name string, wanted map[string]bool, stats *ReplayStats, out chan<- replayItem) error {
 	stream, err := cfg.JetStream.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, ours := events.Selected().StreamSubjects()[name]; !ours {
+		if _, ours := cfg.catalogue().StreamSubjects()[name]; !ours {
 			// A stream of another version's step (INSURANCE) that this
 			// system never made: it holds nothing to replay.
 			return nil

@@ -123,7 +123,7 @@ func ReplayShadow(ctx context.Context, cfg ReplayConfig, progress func(read int)
 	for _, trip := range slices.Sorted(maps.Keys(trips)) {
 		t := trips[trip]
 		slices.Sort(t.kinds)
-		status, settled := Status(t.kinds)
+		status, settled := Status(cfg.catalogue(), t.kinds)
 		p.TripIds = append(p.TripIds, trip)
 		p.Seens = append(p.Seens, strings.Join(t.kinds, ","))
 		p.Statuses = append(p.Statuses, status)

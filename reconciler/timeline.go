@@ -215,7 +215,7 @@ func (r *Reconciler) Timeline(ctx context.Context, trip string) (Timeline, error
 	slices.SortFunc(t.Incidents, func(a, b saga.Incident) int { return a.RaisedAt.Compare(b.RaisedAt) })
 	slices.Sort(t.Unread)
 	slices.Sort(t.Paused)
-	t.Columns = timelineColumns(t.Entries, mapKeys(r.cfg.Services))
+	t.Columns = timelineColumns(r.cfg.Catalogue, t.Entries, mapKeys(r.cfg.Services))
 	t.Stopped = stoppedAt(t)
 	t.Version = timelineVersion(t)
 	return t, nil
@@ -256,10 +256,11 @@ func timelineVersion(t Timeline) string {
 }
 
 // timelineColumns orders the columns: trips, then the steps' services in
-// saga order, then any other service by name, then deadletter.
-func timelineColumns(es []Entry, services []string) []string {
+// saga order (catalogue c's), then any other service by name, then
+// deadletter.
+func timelineColumns(c events.Catalogue, es []Entry, services []string) []string {
 	order := []string{"trips"}
-	for _, s := range events.Selected().Steps {
+	for _, s := range c.Steps {
 		if !slices.Contains(order, s.Service) {
 			order = append(order, s.Service)
 		}

@@ -42,15 +42,15 @@ func (r *Reconciler) streamEntries(ctx context.Context, name, trip string) ([]En
 			if err != nil {
 				return out, err
 			}
-			out = append(out, eventEntry(name, m))
+			out = append(out, eventEntry(r.cfg.Catalogue, name, m))
 			seq = m.Sequence + 1
 		}
 	}
 	return out, nil
 }
 
-// eventEntry describes one stored event.
-func eventEntry(stream string, m *jetstream.RawStreamMsg) Entry {
+// eventEntry describes one stored event of a stream of catalogue c.
+func eventEntry(c events.Catalogue, stream string, m *jetstream.RawStreamMsg) Entry {
 	en := Entry{At: m.Time.UTC(), Source: "event", Stream: stream, Seq: m.Sequence, What: m.Subject, Column: strings.ToLower(stream)}
 	e, err := events.Decode(m.Header, m.Data)
 	if err != nil {
@@ -64,7 +64,7 @@ func eventEntry(stream string, m *jetstream.RawStreamMsg) Entry {
 	if !e.Time().IsZero() {
 		en.At = e.Time().UTC()
 	}
-	en.Column = eventColumn(e.Type(), e.Source(), en.Column)
+	en.Column = eventColumn(c, e.Type(), e.Source(), en.Column)
 	// Card tokens and emails are masked in every read view (redact.JSON).
 	if json.Valid(e.Data()) {
 		en.Data = json.RawMessage(redact.JSON(e.Data()))
@@ -74,14 +74,13 @@ func eventEntry(stream string, m *jetstream.RawStreamMsg) Entry {
 }
 
 // eventColumn is "operator" for an operator's action, else the service
-// that publishes typ: its declaration in the
-// catalogue, else the last part of its CloudEvents source
-// ("/tripsaga/operator"), else fallback.
-func eventColumn(typ, source, fallback string) string {
+// that publishes typ: its declaration in catalogue c, else the last part
+// of its CloudEvents source ("/tripsaga/operator"), else fallback.
+func eventColumn(c events.Catalogue, typ, source, fallback string) string {
 	if typ == events.OperatorAction {
 		return "operator" // published by the reconciler's API for a person
 	}
-	if et, ok := events.Selected().Lookup(typ); ok {
+	if et, ok := c.Lookup(typ); ok {
 		return et.Service
 	}
 	if i := strings.LastIndex(source, "/"); i >= 0 && i < len(source)-1 {

@@ -20,7 +20,7 @@ import (
 )
 
 // InstanceEnv names the environment variable that gives a process its
-// instance name ("payment-2"); `tripsaga up` sets it for every replica.
+// instance name ("charge-2"); `tripsaga up` sets it for every replica.
 // Without it the name is "<host>:<service>".
 const InstanceEnv = "TRIPSAGA_INSTANCE"
 

@@ -384,7 +384,7 @@ var (
 //     (compensation_stuck, compensation_refused,
 //     compensation_answer_mismatch; open or resolved): the step becomes
 //     compensated (failed when it was undone for its deadline), its undo
-//     event is published (payment.refunded; payment.failed) with
+//     event is published (charge.refunded; charge.failed) with
 //     settled_by, and no late-commit check follows (the person saw the
 //     company's record);
 //   - done, for a step pending, started or unknown that raised an

@@ -25,8 +25,8 @@ import (
 // error) when there is none. Any other error is transient: the caller retries it.
 //
 // A step service that has one ([ServiceConfig.Origin]) carries out a
-// trigger event published by another step service (hotel.held,
-// payment.charged, ...) only when its trip has a trip.requested carrying
+// trigger event published by another step service (stock.reserved,
+// card.charged, ...) only when its trip has a trip.requested carrying
 // the same request: only the trips identity may publish trip.requested
 // (internal/natsauth), so a step service's leaked seed can no longer
 // invent a trip or change its request. An operator's undo_leak of a done
@@ -121,7 +121,7 @@ func checkOrigin(ctx context.Context, origin OriginFunc, start events.EventType,
 	return nil
 }
 
-// requestDiff returns the JSON paths ("payment.amount_cents") where the
+// requestDiff returns the JSON paths ("order.amount_cents") where the
 // JSON values a and b differ, sorted; none when equal. One that is not
 // JSON differs as a whole ("request") unless both are the same bytes.
 func requestDiff(a, b json.RawMessage) []string {

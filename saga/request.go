@@ -106,8 +106,8 @@ func (r *Runner) RequestUndo(ctx context.Context, tx pgx.Tx, trip string) error 
 // version of the event asking for the undo, events.VersionOf): a step
 // voided before it ran says so with an event of that version. A row that
 // exists keeps the version it was recorded with. A step compensable in
-// one order and the pivot in another (the car: hotel,car,payment and
-// hotel,payment,car) is undone only for a trip whose version makes it
+// one order and the pivot in another (step c of a,c,b and of a,b,c) is
+// undone only for a trip whose version makes it
 // compensable; the pivot has no compensation.
 func (r *Runner) RequestUndoOf(ctx context.Context, tx pgx.Tx, trip, version string) error {
 	if !r.compensableIn(version) {

@@ -52,8 +52,9 @@ type Config struct {
 	Origin OriginFunc
 	// Family, when set, is every catalogue of the saga by version
 	// ([ServiceConfig.Family]): a pivot Spec is undone in a saga whose
-	// version's catalogue makes its step compensable (the car in
-	// hotel,car,payment). Nil: a pivot Spec is never undone.
+	// version's catalogue makes its step compensable (step c of the
+	// order a,c,b where a,b,c makes it the pivot). Nil: a pivot Spec is
+	// never undone.
 	Family events.Family
 }
 

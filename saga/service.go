@@ -66,7 +66,7 @@ type ServiceConfig struct {
 	Pool      *pgxpool.Pool
 	JetStream jetstream.JetStream
 	// Catalogue is the saga's catalogue this process runs (the trip's:
-	// its STEPS, events.Selected()).
+	// the order its STEPS gives, app.Env.Steps). Required.
 	Catalogue events.Catalogue
 	// Family is every catalogue an event of the saga may be of, by its
 	// version: each trigger is handled by its own version's, and the
@@ -82,8 +82,8 @@ type ServiceConfig struct {
 	Instance   string
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
-	// Extra are further steps the service owns besides Spec (the
-	// traveler's cancellation step of hotel, payment and car): each has its
+	// Extra are further steps the service owns besides Spec (its part in
+	// the customer's cancellation of a finished saga): each has its
 	// own runner on the same step log, liveness and relay, and its
 	// trigger events, as the catalogue declares them, come through the
 	// service's inboxes.
@@ -160,8 +160,8 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		return nil, fmt.Errorf("%w: step %q is not in the catalogue", ErrInvalidConfig, cfg.Spec.Name)
 	}
 	// A saga step is compensable or the pivot by the order (STEPS, and
-	// each trip's version): the car is the pivot of hotel,payment,car and
-	// compensable in hotel,car,payment. Only forward-only is fixed.
+	// each saga's version): step c is the pivot of a,b,c and compensable
+	// in a,c,b. Only forward-only is fixed.
 	if sagaStep(step.Class) != sagaStep(cfg.Spec.Class) || step.Service != cfg.Spec.Service {
 		return nil, fmt.Errorf("%w: step %q is %s of %s in the catalogue", ErrInvalidConfig, step.Name, step.Class, step.Service)
 	}
@@ -173,7 +173,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		cfg.Spec.OnStuck = step.StuckType()
 	}
 	// What the step may publish in any trip version: its undo's event of
-	// an order where it is compensable (car.canceled) too.
+	// an order where it is compensable (its OnUndone) too.
 	var declared []string
 	for _, c := range slices.Concat(cfg.Family.All(), []events.Catalogue{cfg.Catalogue}) {
 		if st, ok := c.Step(cfg.Spec.Name); ok {
@@ -213,7 +213,8 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	// The inboxes take what the step needs in any trip version
 	// (events.ConsumesAnyVersion), not only in this process's STEPS: a
 	// trip keeps the version it started with, and a step's trigger and
-	// its compensation's differ between versions (insurance on or off).
+	// its compensation's differ between versions (an optional step on or
+	// off).
 	// Each event is then handled by its trip's catalogue (below).
 	all := []string{}
 	for _, c := range slices.Concat(cfg.Family.All(), []events.Catalogue{cfg.Catalogue}) {
@@ -253,8 +254,8 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 					return fmt.Errorf("%w: %s of trip %s: %w", outbox.ErrPermanent, e.Type(), e.Subject(), err)
 				}
 				if cat.ReactionOf(name, e.Type()) != events.Run {
-					// Not a step of the trip's version (the policy's
-					// cancel of a trip bought without insurance).
+					// Not a step of the trip's version (the undo of an
+					// optional step the trip was taken without).
 					return nil
 				}
 				req, err := request(e)

@@ -109,10 +109,11 @@ type StatusChecker interface {
 
 // Spec declares one step of one service.
 type Spec struct {
-	// Name of the step ("hotel"); the Idempotency-Key is "<trip>:<KeyName>".
+	// Name of the step ("reserve"); the Idempotency-Key is
+	// "<trip>:<KeyName>".
 	Name string
-	// KeyName defaults to Name ("charge" for the payment step, as
-	// providers.md spells it).
+	// KeyName defaults to Name (a company's contract may spell the key
+	// otherwise: the trip's card step is keyed "charge", providers.md).
 	KeyName string
 	// Service is the owning service; events have source /tripsaga/<Service>.
 	Service string

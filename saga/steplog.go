@@ -145,7 +145,7 @@ func (r *Runner) raise(ctx context.Context, tx pgx.Tx, row *dbsqlc.Step, kind st
 // raiseStuck raises the incident kind of an undo that is stuck (past
 // IncidentAfter attempts) or refused for good, and returns, when this call
 // raised it, the step's stuck event (Spec.OnStuck, e.g.
-// payment.refund_stuck; see events.Compensation.Stuck), written in the
+// charge.refund_stuck; see events.Compensation.Stuck), written in the
 // same transaction: the step before is undone on it while this undo goes
 // on retrying, so one stuck undo does not hold up the others. An
 // operator's undo of a leaked record (CauseOperator) belongs to no

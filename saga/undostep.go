@@ -17,7 +17,7 @@ import (
 // it, and for a partial refund the amount.
 type UndoRequest struct {
 	TripID string `json:"trip_id"`
-	// Key is the booking step's Idempotency-Key ("T-1:hotel", "T-1:charge").
+	// Key is the booking step's Idempotency-Key ("T-1:reserve", "T-1:charge").
 	Key string `json:"key"`
 	// AmountCents, when set, is sent as the undo's body {"amount_cents"}
 	// (a partial refund, providers.md); 0 means nothing is to be refunded
@@ -26,9 +26,9 @@ type UndoRequest struct {
 }
 
 // UndoStep is a [Company] whose "create" is the undo, by key, of a record
-// another step created: the traveler's cancellation of a confirmed trip
-// releases the hold, cancels the car booking and refunds the charge (in
-// part) as forward-only steps of their own, each with its own
+// another step created: the customer's cancellation of a finished saga
+// (a trip's: release the hold, cancel the booking, refund the charge in
+// part) runs as forward-only steps of their own, each with its own
 // Idempotency-Key in the step log, while the company is addressed by the
 // booking step's key (POST /<resource>/{key}/<verb>, providers.md). A
 // release, cancel or refund answered "none" (nothing under that key) is

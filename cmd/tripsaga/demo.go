@@ -123,7 +123,7 @@ func demoLogger(errw io.Writer) *slog.Logger {
 func demoEnv(s *stack.Stack, errw io.Writer) *demo.Env {
 	urls := s.CompanyURLs()
 	var insurer string
-	if demo.InsuranceOn() {
+	if demo.InsuranceOn(events.Selected()) {
 		insurer = urls["INSURER_URL"]
 	}
 	return &demo.Env{
@@ -149,7 +149,7 @@ func demoEnv(s *stack.Stack, errw io.Writer) *demo.Env {
 // background and the others one after another, and returns the outcomes in
 // the situations' order.
 func runSituations(ctx context.Context, env *demo.Env, progress func(*demo.Outcome)) []*demo.Outcome {
-	sits := demo.Situations()
+	sits := demo.SituationsOf(events.Selected())
 	outcomes := make([]*demo.Outcome, len(sits))
 	slow := -1
 	done := make(chan struct{})

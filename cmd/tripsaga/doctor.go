@@ -76,7 +76,7 @@ the default folder .tripsaga.`,
 			if err != nil {
 				return fmt.Errorf("doctor: jetstream: %w", err)
 			}
-			cfg := doctor.DefaultConfig()
+			cfg := doctor.DefaultConfig(env.Steps())
 			cfg.RequireStreams = true
 			cfg.StreamReplicas = max(env.StreamReplicas, 1) // STREAM_REPLICAS, as the services read it
 			fs, err := doctor.Check(cmd.Context(), nc, js, cfg)

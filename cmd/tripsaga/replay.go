@@ -121,7 +121,7 @@ neither, through an up running in the default folder .tripsaga.`,
 				bar = replay.NewBar(cmd.ErrOrStderr(), "replay "+name)
 			}
 			stats, err := reconciler.ReplayProjection(cmd.Context(), name, reconciler.ReplayConfig{
-				Pool: p.Pool, JetStream: p.JS, BatchSize: batch, Logger: log,
+				Pool: p.Pool, JetStream: p.JS, Catalogue: p.Env.Steps(), BatchSize: batch, Logger: log,
 				Progress: func(n int) {
 					if bar != nil {
 						_ = bar.Add(n)

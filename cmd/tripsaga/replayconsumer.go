@@ -96,8 +96,9 @@ func runConsumerReplay(cmd *cobra.Command, dir, consumer string, f replayFlags, 
 		fmt.Fprintln(tw, "STREAM\tSEQ\tSTORED\tTYPE\tTRIP\tEVENT ID")
 		lines = tw
 	}
+	cat := env.Steps()
 	res, err := replay.Run(cmd.Context(), replay.Config{
-		JetStream: js, Consumer: consumer, Stream: f.stream, FromSeq: f.fromSeq, Since: since,
+		JetStream: js, Catalogue: &cat, Consumer: consumer, Stream: f.stream, FromSeq: f.fromSeq, Since: since,
 		Trip: f.trip, Type: f.typ, DryRun: f.dryRun, Operator: f.operator, Reason: f.reason,
 		Out: lines, Progress: bar,
 	})
@@ -150,7 +151,7 @@ func runShadowReplay(cmd *cobra.Command, dir, name string, f replayFlags, asJSON
 	if f.progress {
 		bar = replay.NewBar(cmd.ErrOrStderr(), "shadow rebuild")
 	}
-	cfg := reconciler.ReplayConfig{Pool: p.Pool, JetStream: p.JS, Logger: log}
+	cfg := reconciler.ReplayConfig{Pool: p.Pool, JetStream: p.JS, Catalogue: p.Env.Steps(), Logger: log}
 	st, err := reconciler.ReplayShadow(cmd.Context(), cfg, func(n int) {
 		if bar != nil {
 			_ = bar.Set(n)

@@ -73,6 +73,20 @@ type Env struct {
 	// (NATS_CREDS, NATS_CA_FILE, NATS_CERT_FILE, NATS_KEY_FILE; see
 	// internal/natsauth).
 	NATSClient natsauth.Client
+	// Catalogue is the saga's steps in the order STEPS gives
+	// (events.FromEnv); the zero value means events.Default (see
+	// [Env.Steps]).
+	Catalogue events.Catalogue
+}
+
+// Steps returns e.Catalogue, or events.Default when e was not read from
+// the environment (an Env a test builds). Every part of the process takes
+// its catalogue from here: nothing below cmd/ reads STEPS itself.
+func (e Env) Steps() events.Catalogue {
+	if len(e.Catalogue.Steps) == 0 {
+		return events.Default
+	}
+	return e.Catalogue
 }
 
 // EnvFromOS reads [Env] from the environment. A timing variable that is
@@ -108,7 +122,7 @@ func EnvFromOS() (Env, error) {
 	if _, err := events.StreamDuplicateWindow(); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := events.FromEnv(); err != nil { // STEPS: the order of the saga's steps
+	if e.Catalogue, err = events.FromEnv(); err != nil { // STEPS: the order of the saga's steps
 		errs = append(errs, err)
 	}
 	return e, errors.Join(errs...)
@@ -270,7 +284,7 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 			p.Close()
 			return nil, startErr(err)
 		}
-		dcfg := doctor.DefaultConfig()
+		dcfg := doctor.DefaultConfig(env.Steps())
 		dcfg.StreamReplicas = max(env.StreamReplicas, 1)
 		// Reading the configuration can time out while a cluster's
 		// streams elect leaders (a node just restarted): that is asked
@@ -289,7 +303,7 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 			p.Close()
 			return nil, fmt.Errorf("refusing to start: %w", err)
 		}
-		if err := EnsureStreams(start, p.JS, name, dcfg.StreamReplicas, 30*time.Second); err != nil {
+		if err := EnsureStreams(start, p.JS, env.Steps(), name, dcfg.StreamReplicas, 30*time.Second); err != nil {
 			p.Close()
 			return nil, startErr(err)
 		}
@@ -304,7 +318,7 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 		// store wiped) is created again by the process itself, not only
 		// when its relay next publishes: the services waiting for it
 		// consume again once it is back.
-		c := events.Selected()
+		c := env.Steps()
 		p.ownStreams = c.OwnedStreams(name)
 		p.keptStreams = slices.Clone(p.ownStreams)
 		if len(c.Consumes(name)) > 0 {
@@ -404,21 +418,21 @@ func WaitJetStream(ctx context.Context, js jetstream.JetStream, wait time.Durati
 	}
 }
 
-// EnsureStreams creates or updates the streams identity may (with
+// EnsureStreams creates or updates the streams of catalogue c identity may (with
 // replicas copies): every stream for natsauth.Admin
 // (events.EnsureStreamsReplicas), a service's own streams and the
 // dead-letter stream when missing (events.EnsureServiceStreams). It tries
 // again for at most wait: in a JetStream cluster a stream being created,
 // or raised to more replicas, by several processes at once may time out
 // until its group has a leader.
-func EnsureStreams(ctx context.Context, js jetstream.JetStream, identity string, replicas int, wait time.Duration) error {
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, c events.Catalogue, identity string, replicas int, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for {
 		var err error
 		if identity == natsauth.Admin {
-			err = events.EnsureStreamsReplicas(ctx, js, events.Selected(), replicas)
+			err = events.EnsureStreamsReplicas(ctx, js, c, replicas)
 		} else {
-			err = events.EnsureServiceStreams(ctx, js, events.Selected(), identity, replicas)
+			err = events.EnsureServiceStreams(ctx, js, c, identity, replicas)
 		}
 		if err == nil || time.Now().After(deadline) {
 			return err
@@ -461,7 +475,7 @@ func (p *Process) keepStreams(ctx context.Context, replicas int, interval time.D
 			continue
 		}
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		changes, err := events.ApplyStreamsOf(sctx, p.JS, events.Selected(), replicas, nil, missing)
+		changes, err := events.ApplyStreamsOf(sctx, p.JS, p.Env.Steps(), replicas, nil, missing)
 		cancel()
 		if err != nil {
 			p.Log.Error("streams: lost, and cannot create them again yet; retrying", "streams", missing, "err", err)
@@ -512,18 +526,18 @@ func (p *Process) inboxReadiness(ctx context.Context) ([]string, error) {
 			return nil, err
 		}
 		for _, w := range waits {
-			lines = append(lines, WaitLine(w))
+			lines = append(lines, WaitLine(p.Env.Steps(), w))
 		}
 	}
 	return lines, nil
 }
 
 // WaitLine is the /readyz line of an inbox that waits without failing
-// readiness (see [Process.AddInboxes]).
-func WaitLine(w outbox.InboxWait) string {
+// readiness (see [Process.AddInboxes]); c names the stream's owner.
+func WaitLine(c events.Catalogue, w outbox.InboxWait) string {
 	if errors.Is(w.Err, outbox.ErrStreamMissing) {
 		by := "its service"
-		if o := events.Selected().StreamOwner(w.Stream); o != "" {
+		if o := c.StreamOwner(w.Stream); o != "" {
 			by = o
 		}
 		return fmt.Sprintf("waiting for stream %s (created by %s at its start, or by tripsaga streams apply): consumer %s consumes it once it appears", w.Stream, by, w.Consumer)

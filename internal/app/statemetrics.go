@@ -68,13 +68,16 @@ type StateCollector struct {
 	// an open incident older than EscalateAfter is counted escalated.
 	Owner         string
 	EscalateAfter time.Duration
+	// Catalogue gives the streams whose consumers are gauged (zero:
+	// events.Default).
+	Catalogue events.Catalogue
 }
 
 // ExportState registers a [StateCollector] of the process (its pool, its
 // JetStream and consumer) on its registry.
 func (p *Process) ExportState(consumers ...string) error {
 	return p.Registry.Register(&StateCollector{Pool: p.Pool, JS: p.JS, Consumers: consumers,
-		Owner: p.Env.Owner(p.Name), EscalateAfter: p.Env.EscalateAfter()})
+		Owner: p.Env.Owner(p.Name), EscalateAfter: p.Env.EscalateAfter(), Catalogue: p.Env.Steps()})
 }
 
 // Describe implements prometheus.Collector.
@@ -222,7 +225,7 @@ func (c *StateCollector) collectConsumers(ctx context.Context, ch chan<- prometh
 		}
 	}
 	var errs []error
-	streams := events.Selected().StreamSubjects()
+	streams := Env{Catalogue: c.Catalogue}.Steps().StreamSubjects()
 	var dead map[string]uint64
 	deadOK := false
 	if len(names) > 0 {

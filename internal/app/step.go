@@ -38,7 +38,7 @@ func RunStep(ctx context.Context, env Env, spec saga.Spec, build saga.BuildFunc,
 		return fmt.Errorf("%s: metrics: %w", spec.Service, err)
 	}
 	svc, err := saga.NewService(saga.ServiceConfig{
-		Pool: p.Pool, JetStream: p.JS, Catalogue: events.Selected(), Family: events.TripVersions(), Spec: spec, Build: build,
+		Pool: p.Pool, JetStream: p.JS, Catalogue: env.Steps(), Family: events.TripVersions(), Spec: spec, Build: build,
 		Timing: env.Timing(), Logger: p.Log, Registerer: p.Registry, Extra: extra,
 		// A trigger from another step service runs only for a trip the
 		// trips service took, with its request (SECURITY.md).

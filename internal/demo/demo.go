@@ -122,10 +122,6 @@ type Outcome struct {
 	Trips     []TripOutcome `json:"trips"`
 }
 
-// Situations returns the situations of the demo, in order, for this
-// process's catalogue ([SituationsOf] of STEPS' catalogue).
-func Situations() []Situation { return SituationsOf(events.Selected()) }
-
 // SituationsWith returns the situations of the demo, in order: with
 // insurance, the insurer's too ("the insurer rejecting").
 func SituationsWith(insurance bool) []Situation {

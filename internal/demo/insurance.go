@@ -7,11 +7,11 @@ import (
 	"github.com/tripsaga/tripsaga/sim"
 )
 
-// InsuranceOn reports whether this process's catalogue has the optional
-// insurance step (STEPS names it): the demo then judges the insurer's
-// policy too and adds the insurer's situation.
-func InsuranceOn() bool {
-	_, on := events.Selected().Step("insurance")
+// InsuranceOn reports whether catalogue c (STEPS') has the optional
+// insurance step: the demo then judges the insurer's policy too and adds
+// the insurer's situation.
+func InsuranceOn(c events.Catalogue) bool {
+	_, on := c.Step("insurance")
 	return on
 }
 

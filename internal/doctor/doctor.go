@@ -155,22 +155,22 @@ type Config struct {
 	RequireStreams bool
 }
 
-// DefaultConfig returns the configuration the services run with: the
-// catalogue's streams and inboxes, the outbox package's relay and inbox
+// DefaultConfig returns the configuration the services of catalogue c
+// (STEPS, app.Env.Steps) run with: its streams and inboxes, the outbox package's relay and inbox
 // defaults, a replay window of events.MaxAge, inbox rows kept forever, and
 // one replica per stream.
-func DefaultConfig() Config {
-	streams := slices.Sorted(maps.Keys(events.Selected().StreamSubjects()))
+func DefaultConfig(c events.Catalogue) Config {
+	streams := slices.Sorted(maps.Keys(c.StreamSubjects()))
 	streams = append(streams, events.StreamDeadLetter)
 	// The inboxes of every trip version's services, not only of STEPS':
 	// the insurer's consumers stay (and go on finishing the insured
 	// trips) after STEPS turned insurance off.
 	inboxes := map[string]bool{}
-	for _, c := range append(events.Versions(), events.Selected()) {
-		for _, s := range c.Steps {
+	for _, v := range append(events.Versions(), c) {
+		for _, s := range v.Steps {
 			inboxes[s.Service] = true
 		}
-		for _, p := range c.Projections {
+		for _, p := range v.Projections {
 			inboxes[p.Name] = true
 		}
 	}

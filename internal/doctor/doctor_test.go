@@ -199,7 +199,7 @@ func TestRules(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(t, js)
 			}
-			cfg := doctor.DefaultConfig()
+			cfg := doctor.DefaultConfig(events.Selected())
 			if tc.cfg != nil {
 				tc.cfg(&cfg)
 			}
@@ -230,7 +230,7 @@ func TestDeadLetterWindowNotTheRelays(t *testing.T) {
 	c := goodStream(events.StreamDeadLetter)
 	c.Duplicates = 30 * time.Second
 	replaceStream(t, js, c)
-	fs, err := doctor.Check(context.Background(), nc, js, doctor.DefaultConfig())
+	fs, err := doctor.Check(context.Background(), nc, js, doctor.DefaultConfig(events.Selected()))
 	require.NoError(t, err)
 	require.Empty(t, fs)
 }
@@ -243,7 +243,7 @@ func TestExplicitConsumerPasses(t *testing.T) {
 		Durable: "audit", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 10 * time.Second, MaxDeliver: 5,
 	})
 	require.NoError(t, err)
-	fs, err := doctor.Check(context.Background(), nc, js, doctor.DefaultConfig())
+	fs, err := doctor.Check(context.Background(), nc, js, doctor.DefaultConfig(events.Selected()))
 	require.NoError(t, err)
 	require.Empty(t, fs)
 }
@@ -255,7 +255,7 @@ func TestMissingStreams(t *testing.T) {
 	nc := testenv.Connect(t, srv, natsauth.Admin)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	cfg := doctor.DefaultConfig()
+	cfg := doctor.DefaultConfig(events.Selected())
 	fs, err := doctor.Check(context.Background(), nc, js, cfg)
 	require.NoError(t, err)
 	require.Empty(t, fs)
@@ -319,7 +319,7 @@ func TestDefaultConfigurationPasses(t *testing.T) {
 	require.NoError(t, err)
 	count := func() int {
 		n := 0
-		for _, name := range doctor.DefaultConfig().Streams {
+		for _, name := range doctor.DefaultConfig(events.Selected()).Streams {
 			st, err := js.Stream(context.Background(), name)
 			if err != nil {
 				return -1
@@ -334,7 +334,7 @@ func TestDefaultConfigurationPasses(t *testing.T) {
 	}
 	testenv.Eventually(t, func() bool { return count() == want }, "the inboxes' %d consumers", want)
 
-	cfg := doctor.DefaultConfig()
+	cfg := doctor.DefaultConfig(events.Selected())
 	cfg.RequireStreams = true
 	fs, err := doctor.Check(context.Background(), nc, js, cfg)
 	require.NoError(t, err)

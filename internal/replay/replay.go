@@ -45,7 +45,7 @@ type Config struct {
 	// JetStream reaches the streams. Required.
 	JetStream jetstream.JetStream
 	// Catalogue says which streams and subjects the consumer reads.
-	// Defaults to events.Selected() (STEPS).
+	// Defaults to events.Default; the command passes STEPS' (app.Env.Steps).
 	Catalogue *events.Catalogue
 	// Consumer is the durable consumer (the service's name: hotel,
 	// payment, car, trips, reconciler). Required.
@@ -135,7 +135,7 @@ func filtersOf(c events.Catalogue, consumer string) map[string][]string {
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	res := Result{Consumer: cfg.Consumer, Mode: "reset"}
 	if cfg.Catalogue == nil {
-		c := events.Selected()
+		c := events.Default
 		cfg.Catalogue = &c
 	}
 	if cfg.Out == nil {

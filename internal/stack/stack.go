@@ -582,7 +582,7 @@ func (s *Stack) ensureStreams(ctx context.Context) error {
 	if err := app.WaitJetStream(ctx, js, time.Minute); err != nil {
 		return fmt.Errorf("stack: %w", err)
 	}
-	if err := app.EnsureStreams(ctx, js, natsauth.Admin, s.StreamReplicas(), time.Minute); err != nil {
+	if err := app.EnsureStreams(ctx, js, s.natsCatalogue(), natsauth.Admin, s.StreamReplicas(), time.Minute); err != nil {
 		return fmt.Errorf("stack: %w", err)
 	}
 	return nil

@@ -16,16 +16,21 @@ import (
 // of its identities' seed files.
 var credsDirs sync.Map // *server.Server -> string
 
-// identities makes opts require the identities of the default catalogue
-// (internal/natsauth), unless the test configured authentication itself,
-// and returns the folder of their seeds ("" when it did not).
+// identities makes opts require the NATS identities (internal/natsauth)
+// of the test's catalogue (STEPS; the default one when unset), unless the
+// test configured authentication itself, and returns the folder of their
+// seeds ("" when it did not).
 func identities(tb testing.TB, opts *server.Options) string {
 	tb.Helper()
 	if opts.Nkeys != nil || opts.Users != nil || opts.Username != "" || opts.Authorization != "" {
 		return ""
 	}
 	dir := filepath.Join(tb.TempDir(), "auth")
-	ids := natsauth.Identities(events.Selected())
+	c, err := events.FromEnv() // the test's STEPS, as its processes read it
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	ids := natsauth.Identities(c)
 	pubs, err := natsauth.Provision(dir, ids)
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)

@@ -156,7 +156,7 @@ func SchemaPool(tb testing.TB, schema string, sets ...string) (*pgxpool.Pool, st
 
 // JetStream starts an embedded server (see [NATS]), connects to it as
 // natsauth.Admin (a test plays several services) and creates the event
-// streams of the default catalogue.
+// streams of the test's catalogue (STEPS; the default one when unset).
 func JetStream(tb testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
 	tb.Helper()
 	srv := NATS(tb)
@@ -165,7 +165,11 @@ func JetStream(tb testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) 
 	if err != nil {
 		tb.Fatalf("testenv: jetstream: %v", err)
 	}
-	if err := events.EnsureStreams(context.Background(), js, events.Selected()); err != nil {
+	c, err := events.FromEnv()
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	if err := events.EnsureStreams(context.Background(), js, c); err != nil {
 		tb.Fatalf("testenv: streams: %v", err)
 	}
 	return srv, nc, js

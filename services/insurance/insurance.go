@@ -84,7 +84,7 @@ func TravelerVoid(baseURL string) saga.ExtraStep {
 
 // Run runs the insurance service process: the step must be in STEPS.
 func Run(ctx context.Context, env app.Env) error {
-	spec, err := Spec(events.Selected(), env.InsurerURL)
+	spec, err := Spec(env.Steps(), env.InsurerURL)
 	if err != nil {
 		return fmt.Errorf("insurance: %w", err)
 	}

@@ -28,11 +28,11 @@ func TestProjectWithInsurance(t *testing.T) {
 		{[]string{"car.failed", "payment.refunded", "insurance.canceled", "hotel.released"}, StatusCanceled},
 	}
 	for _, c := range cases {
-		require.Equal(t, c.want, Project(c.seen), "%v", c.seen)
+		require.Equal(t, c.want, Project(events.Selected(), c.seen), "%v", c.seen)
 	}
 	require.Equal(t, map[string]string{"hotel": "released", "insurance": "rejected", "payment": "skipped", "car": "skipped"},
-		Steps([]string{"hotel.held", "insurance.rejected", "hotel.released"}, StatusCanceled))
+		Steps(events.Selected(), []string{"hotel.held", "insurance.rejected", "hotel.released"}, StatusCanceled))
 	require.Equal(t, map[string]string{"hotel": "held", "insurance": "bought", "payment": "pending", "car": "pending"},
-		Steps([]string{"hotel.held", "insurance.bought"}, StatusPending))
+		Steps(events.Selected(), []string{"hotel.held", "insurance.bought"}, StatusPending))
 	require.Equal(t, "the insurer refused to insure the trip", FailureReason("insurance.rejected"))
 }

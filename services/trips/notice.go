@@ -170,7 +170,7 @@ var undoWords = map[string]string{ //nolint:gochecknoglobals // read-only
 }
 
 // noticeMail is the delay notice's subject and text: the trip is being
-// canceled, why, which undo is still open (trips.OpenUndos), and that
+// canceled, why, which undo is still open ([OpenUndosOf]), and that
 // nothing more is needed from the traveler.
 func noticeMail(row dbsqlc.Trip, req events.TripRequest) (subject, text string) {
 	trip, name := oneLine(row.TripID), oneLine(req.Traveler.Name)
@@ -179,7 +179,7 @@ func noticeMail(row dbsqlc.Trip, req events.TripRequest) (subject, text string) 
 		why = " (" + oneLine(*row.Reason) + ")"
 	}
 	var open []string
-	for _, step := range OpenUndos(row.Seen) {
+	for _, step := range OpenUndosOf(row.Version, row.Seen) {
 		if w, ok := undoWords[step]; ok {
 			open = append(open, w)
 		} else {

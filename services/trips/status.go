@@ -46,8 +46,8 @@ var failures = map[string]string{ //nolint:gochecknoglobals // read-only table
 //     seen: the later step ran only because it was done);
 //   - canceling otherwise, also while an undo that raised its incident is
 //     still open ([OpenUndos]): the others are undone meanwhile.
-func Project(seen []string) string {
-	status, _ := project(events.Selected(), seen)
+func Project(c events.Catalogue, seen []string) string {
+	status, _ := project(c, seen)
 	return status
 }
 
@@ -55,11 +55,11 @@ func Project(seen []string) string {
 // events.VersionExtension; "" the default order): a trip is projected by
 // the steps it started with, not by this process's STEPS. A version the
 // service cannot build (it wrote it itself, so only a row edited by hand)
-// falls back to STEPS.
+// falls back to the default order (events.Default).
 func catalogueOf(version string) events.Catalogue {
 	c, err := events.CatalogueOf(version)
 	if err != nil {
-		return events.Selected()
+		return events.Default
 	}
 	return c
 }
@@ -82,8 +82,8 @@ func OpenUndosOf(version string, seen []string) []string {
 // done yet, newest first: the trip stays canceling while the steps before
 // them are undone, and settles canceled when they are done (by the
 // company, or settled by an operator). Nil when there is none.
-func OpenUndos(seen []string) []string {
-	_, open := project(events.Selected(), seen)
+func OpenUndos(c events.Catalogue, seen []string) []string {
+	_, open := project(c, seen)
 	return open
 }
 
@@ -94,8 +94,8 @@ func FailureReason(kind string) string { return failures[kind] }
 // "released", "sold_out", "charged", "refund_stuck" (its undo raised its
 // incident and goes on), ..., "pending" while nothing is known,
 // "skipped" when the trip ended before the step ran.
-func Steps(seen []string, status string) map[string]string {
-	return StepsOf(events.Selected().Version(), seen, status)
+func Steps(c events.Catalogue, seen []string, status string) map[string]string {
+	return StepsOf(c.Version(), seen, status)
 }
 
 // StepsOf is [Steps] for a trip of version (events.VersionExtension): an

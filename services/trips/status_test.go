@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/services/trips/internal/dbsqlc"
 )
 
@@ -32,7 +33,7 @@ func TestProject(t *testing.T) {
 		{[]string{"hotel.held", "payment.failed", "hotel.released"}, StatusCanceled},
 	}
 	for _, c := range cases {
-		require.Equal(t, c.want, Project(c.seen), "%v", c.seen)
+		require.Equal(t, c.want, Project(events.Selected(), c.seen), "%v", c.seen)
 	}
 }
 
@@ -41,11 +42,11 @@ func TestProjectIgnoresArrivalOrder(t *testing.T) {
 	for range 200 {
 		s := append([]string(nil), full...)
 		rand.Shuffle(len(s), func(i, j int) { s[i], s[j] = s[j], s[i] })
-		require.Equal(t, StatusCanceled, Project(s))
+		require.Equal(t, StatusCanceled, Project(events.Selected(), s))
 		// Any prefix of a shuffled order is never final-confirmed, and only
 		// canceled once both undos are in.
 		for i := range s {
-			st := Project(s[:i])
+			st := Project(events.Selected(), s[:i])
 			require.NotEqual(t, StatusConfirmed, st)
 		}
 	}
@@ -53,9 +54,9 @@ func TestProjectIgnoresArrivalOrder(t *testing.T) {
 
 func TestSteps(t *testing.T) {
 	require.Equal(t, map[string]string{"hotel": "released", "payment": "declined", "car": "skipped"},
-		Steps([]string{"hotel.held", "payment.declined", "hotel.released"}, StatusCanceled))
+		Steps(events.Selected(), []string{"hotel.held", "payment.declined", "hotel.released"}, StatusCanceled))
 	require.Equal(t, map[string]string{"hotel": "held", "payment": "pending", "car": "pending"},
-		Steps([]string{"hotel.held"}, StatusPending))
+		Steps(events.Selected(), []string{"hotel.held"}, StatusPending))
 }
 
 // A charge-last trip (hotel,car,payment) is projected by its own order:

@@ -104,6 +104,10 @@ type Config struct {
 	// database's clock, before its traveler gets the delay notice
 	// (CANCELING_NOTICE_AFTER_MS); 0: [DefaultNoticeAfter].
 	NoticeAfter time.Duration
+	// Catalogue is the saga's steps in the order a new trip takes (its
+	// version, events.VersionExtension; STEPS); the zero value is
+	// events.Default. A trip already taken goes on in its own order.
+	Catalogue events.Catalogue
 }
 
 // Service is the trips service.
@@ -139,6 +143,9 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Policy != nil {
 		s.policy = *cfg.Policy
 	}
+	if len(s.cfg.Catalogue.Steps) == 0 {
+		s.cfg.Catalogue = events.Default
+	}
 	s.noticeAfter = cfg.NoticeAfter
 	if s.noticeAfter <= 0 {
 		s.noticeAfter = DefaultNoticeAfter
@@ -148,7 +155,7 @@ func New(cfg Config) (*Service, error) {
 		Pool: cfg.Pool, JetStream: cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer,
 		EnsureStreams: func(ctx context.Context) error {
 			n, _ := events.StreamReplicas()
-			return events.EnsureServiceStreams(ctx, cfg.JetStream, events.Selected(), "trips", n)
+			return events.EnsureServiceStreams(ctx, cfg.JetStream, s.cfg.Catalogue, "trips", n)
 		},
 	})
 	if err != nil {
@@ -210,7 +217,7 @@ func New(cfg Config) (*Service, error) {
 	// Every action is observed: a repair of a confirmed trip at a step
 	// service mails the traveler a correction (correction.go).
 	op, err := saga.NewOperatorInbox(saga.OperatorInboxConfig{
-		Service: "trips", Catalogue: events.Selected(), Runners: []*saga.Runner{s.mail, s.travelerMail, s.notice, s.correction},
+		Service: "trips", Catalogue: s.cfg.Catalogue, Runners: []*saga.Runner{s.mail, s.travelerMail, s.notice, s.correction},
 		Inboxes: func() []*outbox.Inbox { return s.inboxes },
 		Pool:    cfg.Pool, JetStream: cfg.JetStream, Relay: s.relay, Logger: cfg.Logger, Metrics: metrics,
 		Observe: s.observeAction,
@@ -583,7 +590,7 @@ func (s *Service) create(ctx context.Context, key string, req events.TripRequest
 	// costs no read, and of two POSTs racing with one key one inserts.
 	// The trip keeps the saga order it starts under (its version,
 	// events.VersionExtension), whatever STEPS this service runs later.
-	version := events.Selected().Version()
+	version := s.cfg.Catalogue.Version()
 	row, err := queries.TripInsert(ctx, tx, dbsqlc.TripInsertParams{TripID: id, IdempotencyKey: keyp, Fingerprint: fp, Request: body, Version: version})
 	if errors.Is(err, pgx.ErrNoRows) { // the key has its trip already
 		_ = tx.Rollback(ctx)
@@ -752,7 +759,7 @@ func Run(ctx context.Context, env app.Env) error {
 	if err != nil {
 		return fmt.Errorf("trips: %w", err)
 	}
-	s, err := New(Config{Pool: p.Pool, JetStream: p.JS, MailURL: env.MailURL, Timing: env.Timing(), Logger: p.Log, Registerer: p.Registry, Policy: &policy, NoticeAfter: noticeAfter})
+	s, err := New(Config{Pool: p.Pool, JetStream: p.JS, MailURL: env.MailURL, Timing: env.Timing(), Logger: p.Log, Registerer: p.Registry, Policy: &policy, NoticeAfter: noticeAfter, Catalogue: env.Steps()})
 	if err != nil {
 		return err
 	}

@@ -35,13 +35,13 @@ func TestProjectWithAStuckUndo(t *testing.T) {
 		{[]string{"car.rejected", "payment.refund_stuck", "hotel.release_stuck", "payment.refunded", "hotel.released"}, StatusCanceled, nil},
 	}
 	for _, c := range cases {
-		require.Equal(t, c.want, Project(c.seen), "%v", c.seen)
-		require.Equal(t, c.open, OpenUndos(c.seen), "%v", c.seen)
+		require.Equal(t, c.want, Project(events.Selected(), c.seen), "%v", c.seen)
+		require.Equal(t, c.open, OpenUndos(events.Selected(), c.seen), "%v", c.seen)
 	}
 	require.Equal(t, map[string]string{"hotel": "released", "payment": "refund_stuck", "car": "sold_out"},
-		Steps([]string{"hotel.held", "payment.charged", "car.rejected", "payment.refund_stuck", "hotel.released"}, StatusCanceling))
+		Steps(events.Selected(), []string{"hotel.held", "payment.charged", "car.rejected", "payment.refund_stuck", "hotel.released"}, StatusCanceling))
 	require.Equal(t, map[string]string{"hotel": "released", "payment": "refunded", "car": "sold_out"},
-		Steps([]string{"hotel.held", "payment.charged", "car.rejected", "payment.refund_stuck", "hotel.released", "payment.refunded"}, StatusCanceled))
+		Steps(events.Selected(), []string{"hotel.held", "payment.charged", "car.rejected", "payment.refund_stuck", "hotel.released", "payment.refunded"}, StatusCanceled))
 }
 
 // In any arrival order, and at every prefix of it, a trip with a stuck
@@ -52,10 +52,10 @@ func TestProjectWithAStuckUndoIgnoresArrivalOrder(t *testing.T) {
 	for range 300 {
 		s := slices.Clone(full)
 		rand.Shuffle(len(s), func(i, j int) { s[i], s[j] = s[j], s[i] })
-		require.Equal(t, StatusCanceled, Project(s), "%v", s)
+		require.Equal(t, StatusCanceled, Project(events.Selected(), s), "%v", s)
 		for i := range s {
 			p := s[:i]
-			st, open := Project(p), OpenUndos(p)
+			st, open := Project(events.Selected(), p), OpenUndos(events.Selected(), p)
 			require.NotEqual(t, StatusConfirmed, st, "%v", p)
 			if st == StatusCanceled {
 				require.Subset(t, p, []string{"payment.refunded", "hotel.released"}, "%v", p)
@@ -74,14 +74,14 @@ func TestProjectWithAStuckUndoIgnoresArrivalOrder(t *testing.T) {
 func TestProjectWithAStuckUndoAndInsurance(t *testing.T) {
 	t.Setenv(events.StepsVar, "hotel,insurance,payment,car")
 	seen := []string{"hotel.held", "insurance.bought", "payment.charged", "car.rejected", "payment.refund_stuck", "insurance.canceled", "hotel.released"}
-	require.Equal(t, StatusCanceling, Project(seen))
-	require.Equal(t, []string{"payment"}, OpenUndos(seen))
-	require.Equal(t, StatusCanceled, Project(append(seen, "payment.refunded")))
+	require.Equal(t, StatusCanceling, Project(events.Selected(), seen))
+	require.Equal(t, []string{"payment"}, OpenUndos(events.Selected(), seen))
+	require.Equal(t, StatusCanceled, Project(events.Selected(), append(seen, "payment.refunded")))
 	seen = []string{"hotel.held", "insurance.bought", "payment.declined", "insurance.cancel_stuck", "hotel.released"}
-	require.Equal(t, StatusCanceling, Project(seen))
-	require.Equal(t, []string{"insurance"}, OpenUndos(seen))
-	require.Equal(t, "cancel_stuck", Steps(seen, StatusCanceling)["insurance"])
-	require.Equal(t, StatusCanceled, Project(append(seen, "insurance.canceled")))
+	require.Equal(t, StatusCanceling, Project(events.Selected(), seen))
+	require.Equal(t, []string{"insurance"}, OpenUndos(events.Selected(), seen))
+	require.Equal(t, "cancel_stuck", Steps(events.Selected(), seen, StatusCanceling)["insurance"])
+	require.Equal(t, StatusCanceled, Project(events.Selected(), append(seen, "insurance.canceled")))
 }
 
 // The car's cancel by key at its deadline (its booking's outcome still
@@ -94,11 +94,11 @@ func TestProjectWithTheCarsCancelStuck(t *testing.T) {
 	for range 300 {
 		s := slices.Clone(full)
 		rand.Shuffle(len(s), func(i, j int) { s[i], s[j] = s[j], s[i] })
-		require.Equal(t, StatusCanceled, Project(s), "%v", s)
-		require.Empty(t, OpenUndos(s), "%v", s)
+		require.Equal(t, StatusCanceled, Project(events.Selected(), s), "%v", s)
+		require.Empty(t, OpenUndos(events.Selected(), s), "%v", s)
 		for i := range s {
 			p := s[:i]
-			st, open := Project(p), OpenUndos(p)
+			st, open := Project(events.Selected(), p), OpenUndos(events.Selected(), p)
 			require.NotEqual(t, StatusConfirmed, st, "%v", p)
 			if st == StatusCanceled {
 				require.Subset(t, p, []string{"car.failed", "payment.refunded", "hotel.released"}, "%v", p)
@@ -107,12 +107,12 @@ func TestProjectWithTheCarsCancelStuck(t *testing.T) {
 			require.Equal(t, wantOpen, slices.Contains(open, "car"), "%v: %v", p, open)
 			if wantOpen {
 				require.Equal(t, StatusCanceling, st, "%v", p)
-				require.Equal(t, "cancel_stuck", Steps(p, st)["car"], "%v", p)
+				require.Equal(t, "cancel_stuck", Steps(events.Selected(), p, st)["car"], "%v", p)
 			}
 		}
 	}
 	// Both the car's cancel and the refund stuck: both open, newest first.
 	seen := []string{"hotel.held", "payment.charged", "car.cancel_stuck", "payment.refund_stuck", "hotel.released"}
-	require.Equal(t, StatusCanceling, Project(seen))
-	require.Equal(t, []string{"car", "payment"}, OpenUndos(seen))
+	require.Equal(t, StatusCanceling, Project(events.Selected(), seen))
+	require.Equal(t, []string{"car", "payment"}, OpenUndos(events.Selected(), seen))
 }
