@@ -20,10 +20,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/demo"
 	"github.com/tripsaga/tripsaga/internal/stack"
 	"github.com/tripsaga/tripsaga/internal/testenv"
-	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/reconciler"
 )
 
@@ -369,7 +369,7 @@ func TestPoisonEventIsParked(t *testing.T) {
 	for seq := before.State.LastSeq + 1; seq <= info.State.LastSeq; seq++ {
 		msg, err := dl.GetMsg(ctx, seq)
 		require.NoError(t, err)
-		reasons = append(reasons, msg.Header.Get(outbox.HeaderDeadConsumer)+": "+msg.Header.Get(outbox.HeaderDeadReason))
+		reasons = append(reasons, msg.Header.Get(inbox.HeaderDeadConsumer)+": "+msg.Header.Get(inbox.HeaderDeadReason))
 	}
 	joined := strings.Join(reasons, "\n")
 	for _, c := range consumers {

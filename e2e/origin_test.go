@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/testenv"
-	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/sagatest"
 )
 
@@ -86,11 +86,11 @@ func TestAForgedStepEventIsParkedByItsOrigin(t *testing.T) {
 		}
 		for seq := before.State.LastSeq + 1; seq <= info.State.LastSeq; seq++ {
 			msg, err := dl.GetMsg(ctx, seq)
-			if err != nil || msg.Header.Get(outbox.HeaderDeadConsumer) != parker {
+			if err != nil || msg.Header.Get(inbox.HeaderDeadConsumer) != parker {
 				continue
 			}
 			if s := msg.Header.Get("ce-subject"); s == invented || s == real {
-				found[s] = msg.Header.Get(outbox.HeaderDeadReason)
+				found[s] = msg.Header.Get(inbox.HeaderDeadReason)
 			}
 		}
 		return len(found) == 2

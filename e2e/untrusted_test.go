@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
-	"github.com/tripsaga/tripsaga/outbox"
 )
 
 // TestAnInvalidRequestInAnEventIsParked: events are untrusted input. A
@@ -66,12 +66,12 @@ func TestAnInvalidRequestInAnEventIsParked(t *testing.T) {
 		}
 		for seq := before.State.LastSeq + 1; seq <= info.State.LastSeq; seq++ {
 			msg, err := dl.GetMsg(ctx, seq)
-			if err != nil || msg.Header.Get(outbox.HeaderDeadConsumer) != parker {
+			if err != nil || msg.Header.Get(inbox.HeaderDeadConsumer) != parker {
 				continue
 			}
 			for trip := range trips {
 				if msg.Header.Get("ce-subject") == trip {
-					found[trip] = msg.Header.Get(outbox.HeaderDeadReason)
+					found[trip] = msg.Header.Get(inbox.HeaderDeadReason)
 				}
 			}
 		}
@@ -144,8 +144,8 @@ func TestEventDataNotJSONIsParkedByTheReconciler(t *testing.T) {
 		}
 		for seq := before.State.LastSeq + 1; seq <= info.State.LastSeq; seq++ {
 			msg, err := dl.GetMsg(ctx, seq)
-			if err == nil && msg.Header.Get(outbox.HeaderDeadConsumer) == "reconciler" && msg.Header.Get("ce-subject") == trip {
-				reason = msg.Header.Get(outbox.HeaderDeadReason)
+			if err == nil && msg.Header.Get(inbox.HeaderDeadConsumer) == "reconciler" && msg.Header.Get("ce-subject") == trip {
+				reason = msg.Header.Get(inbox.HeaderDeadReason)
 				return true
 			}
 		}

@@ -1,13 +1,12 @@
-// Package outbox is the transactional outbox and inbox of every service.
+// Package outbox is the transactional outbox of every service.
 //
 // [Write] stores outgoing CloudEvents in the same pgx transaction as the
 // state change they report. A [Relay] publishes stored events to JetStream
 // with Nats-Msg-Id = event id and marks them published only after the
 // PubAck, so a crash between publish and mark re-publishes and JetStream's
-// duplicate window (events.DuplicateWindow) drops the copy. An [Inbox] is a
-// durable pull consumer that runs a handler inside a transaction which also
-// records the event's (source, id), so a redelivered or replayed event has
-// no second effect; it acks only after commit.
+// duplicate window (events.DuplicateWindow) drops the copy. Its other half,
+// the consumer that records each event it handles in the handler's own
+// transaction, is package inbox.
 //
 // Tables are unqualified: each service's pool sets search_path to its own
 // schema (see the sql package).

@@ -251,6 +251,11 @@ func (r *Relay) Wake() {
 	}
 }
 
+// Running reports whether [Relay.Run] is running: its listener and its
+// local publisher started, so an event written now with its after-commit
+// publish (WithAfterCommit) is published by this relay at once.
+func (r *Relay) Running() bool { return r.running.Load() }
+
 // Run publishes until ctx ends. It listens for NOTIFY on
 // "outbox_<schema>" and also polls every PollInterval.
 func (r *Relay) Run(ctx context.Context) error {

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
@@ -100,7 +101,7 @@ type Operator struct {
 	on    bool
 	log   *slog.Logger
 	relay *outbox.Relay
-	inbox *outbox.Inbox
+	inbox *inbox.Inbox
 }
 
 // NewOperator builds the actions API, its outbox relay and the inbox that
@@ -127,7 +128,7 @@ func NewOperator(cfg OperatorConfig) (*Operator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reconciler: operator relay: %w", err)
 	}
-	o.inbox, err = outbox.NewInbox(outbox.InboxConfig{
+	o.inbox, err = inbox.New(inbox.Config{
 		Name: ProjectionName, Stream: events.StreamOperator,
 		FilterSubjects: []string{events.Kind(events.OperatorAction) + ".>"}, Types: []string{events.OperatorAction},
 		Pool: r.cfg.Pool, JetStream: r.cfg.JetStream, Handler: o.carryOut, Relay: o.relay,
@@ -142,7 +143,7 @@ func NewOperator(cfg OperatorConfig) (*Operator, error) {
 // Inboxes returns the inbox of the operators' actions (optional: the
 // reconciler owns OPERATOR and creates it again when lost), for
 // readiness (app.Process.AddInboxes).
-func (o *Operator) Inboxes() []*outbox.Inbox { return []*outbox.Inbox{o.inbox} }
+func (o *Operator) Inboxes() []*inbox.Inbox { return []*inbox.Inbox{o.inbox} }
 
 // Run publishes the recorded actions (the relay) and carries out the
 // re-drives that name the reconciler, until ctx ends.
@@ -168,7 +169,7 @@ func (o *Operator) carryOut(ctx context.Context, tx pgx.Tx, e event.Event) error
 	if d.Service != ProjectionName || d.Action != events.ActionRedrive {
 		return nil
 	}
-	dup, err := outbox.RedriveParked(ctx, tx, d.DeadLetter, o.r.inboxes...)
+	dup, err := inbox.RedriveParked(ctx, tx, d.DeadLetter, o.r.inboxes...)
 	if err != nil {
 		return fmt.Errorf("redrive of dead letter %d asked by %s: %w", d.DeadLetter.Seq, d.Operator, err)
 	}
@@ -354,30 +355,29 @@ func (o *Operator) record(ctx context.Context, key, fingerprint string, d events
 	if err != nil {
 		return ev, false, err
 	}
-	tx, err := o.r.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return ev, false, err
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	ctx, committed := outbox.WithAfterCommit(ctx, o.relay)
 	seq := pgtype.Int8{Int64: int64(dlSeq), Valid: dlSeq != 0}
-	n, err := queries.OperatorActionInsert(ctx, tx, dbsqlc.OperatorActionInsertParams{
-		EventID: ev.ID(), IdempotencyKey: key, Fingerprint: fingerprint, Action: d.Action, TripID: d.TripID,
-		Service: d.Service, Operator: d.Operator, Reason: d.Reason, DeadletterSeq: seq, Event: stored, CreatedAt: ev.Time(),
+	err = outbox.UnitOfWork{Pool: o.r.cfg.Pool, Relay: o.relay}.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		n, err := queries.OperatorActionInsert(ctx, tx, dbsqlc.OperatorActionInsertParams{
+			EventID: ev.ID(), IdempotencyKey: key, Fingerprint: fingerprint, Action: d.Action, TripID: d.TripID,
+			Service: d.Service, Operator: d.Operator, Reason: d.Reason, DeadletterSeq: seq, Event: stored, CreatedAt: ev.Time(),
+		})
+		if err != nil {
+			return fmt.Errorf("record action: %w", err)
+		}
+		if n == 0 {
+			return errRaced
+		}
+		if err := outbox.Write(ctx, tx, ev); err != nil {
+			return fmt.Errorf("action event: %w", err)
+		}
+		return nil
 	})
+	if errors.Is(err, errRaced) {
+		return ev, false, errRaced
+	}
 	if err != nil {
 		return ev, false, fmt.Errorf("record action: %w", err)
 	}
-	if n == 0 {
-		return ev, false, errRaced
-	}
-	if err := outbox.Write(ctx, tx, ev); err != nil {
-		return ev, false, fmt.Errorf("action event: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return ev, false, fmt.Errorf("record action: commit: %w", err)
-	}
-	committed()
 	o.log.Info("reconciler: operator action recorded", "action", d.Action, "trip_id", d.TripID, "service", d.Service,
 		"operator", d.Operator, "event_id", ev.ID())
 	return ev, false, nil

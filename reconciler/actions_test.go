@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/testenv"
-	"github.com/tripsaga/tripsaga/outbox"
 )
 
 const testToken = "s3cret-operator-token"
@@ -213,11 +213,11 @@ func (b *bundle) park(t *testing.T, e event.Event, stream, consumer string, seq 
 	require.NoError(t, events.EnsureStreams(ctx, b.js, events.Default))
 	m := msgOf(t, e)
 	dl := &nats.Msg{Subject: events.DeadLetterSubjectPrefix + "." + stream + "." + consumer, Data: m.Data, Header: m.Header}
-	dl.Header.Set(outbox.HeaderDeadReason, reason)
-	dl.Header.Set(outbox.HeaderDeadStream, stream)
-	dl.Header.Set(outbox.HeaderDeadSeq, strconv.FormatUint(seq, 10))
-	dl.Header.Set(outbox.HeaderDeadSubject, m.Subject)
-	dl.Header.Set(outbox.HeaderDeadConsumer, consumer)
+	dl.Header.Set(inbox.HeaderDeadReason, reason)
+	dl.Header.Set(inbox.HeaderDeadStream, stream)
+	dl.Header.Set(inbox.HeaderDeadSeq, strconv.FormatUint(seq, 10))
+	dl.Header.Set(inbox.HeaderDeadSubject, m.Subject)
+	dl.Header.Set(inbox.HeaderDeadConsumer, consumer)
 	ack, err := b.js.PublishMsg(ctx, dl)
 	require.NoError(t, err)
 	return ack.Sequence

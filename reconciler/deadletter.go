@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/app"
-	"github.com/tripsaga/tripsaga/outbox"
 )
 
 // MaxDeadLetters is how many dead letters [Operator.DeadLetters] lists at
@@ -39,16 +39,16 @@ type DeadLetter struct {
 
 func deadLetterOf(m *jetstream.RawStreamMsg) DeadLetter {
 	h := m.Header
-	streamSeq, _ := strconv.ParseUint(h.Get(outbox.HeaderDeadSeq), 10, 64)
+	streamSeq, _ := strconv.ParseUint(h.Get(inbox.HeaderDeadSeq), 10, 64)
 	headers := map[string][]string{}
 	for k, v := range h {
 		headers[k] = v
 	}
 	return DeadLetter{
 		ParkedEvent: events.ParkedEvent{
-			Seq: m.Sequence, Stream: h.Get(outbox.HeaderDeadStream), StreamSeq: streamSeq,
-			Subject: h.Get(outbox.HeaderDeadSubject), Consumer: h.Get(outbox.HeaderDeadConsumer),
-			Reason: h.Get(outbox.HeaderDeadReason), Headers: headers, Data: m.Data,
+			Seq: m.Sequence, Stream: h.Get(inbox.HeaderDeadStream), StreamSeq: streamSeq,
+			Subject: h.Get(inbox.HeaderDeadSubject), Consumer: h.Get(inbox.HeaderDeadConsumer),
+			Reason: h.Get(inbox.HeaderDeadReason), Headers: headers, Data: m.Data,
 		},
 		Time: m.Time.UTC(), TripID: h.Get("ce-subject"), Type: h.Get("ce-type"), EventID: h.Get("ce-id"),
 		RedrivenBy: []string{},

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/inbox"
 )
 
 // The figures the reconciler adds to Prometheus. Trips by status, open
@@ -121,14 +121,14 @@ func (r *Reconciler) observeSettled(ctx context.Context, tx pgx.Tx, es []event.E
 }
 
 // observing wraps the live projection's handlers with [Reconciler.observeSettled].
-func (r *Reconciler) observing(h outbox.HandlerFunc, b outbox.BatchFunc) (outbox.HandlerFunc, outbox.BatchFunc) {
+func (r *Reconciler) observing(h inbox.HandlerFunc, b inbox.BatchFunc) (inbox.HandlerFunc, inbox.BatchFunc) {
 	return func(ctx context.Context, tx pgx.Tx, e event.Event) error {
 			if err := h(ctx, tx, e); err != nil {
 				return err
 			}
 			r.observeSettled(ctx, tx, []event.Event{e})
 			return nil
-		}, func(ctx context.Context, tx pgx.Tx, consumer string, ds []outbox.Delivery) error {
+		}, func(ctx context.Context, tx pgx.Tx, consumer string, ds []inbox.Delivery) error {
 			if err := b(ctx, tx, consumer, ds); err != nil {
 				return err
 			}

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
 	"github.com/tripsaga/tripsaga/services/trips"
 )
@@ -120,7 +120,7 @@ func applicable(e event.Event) error {
 	return nil
 }
 
-// handle is the live projection's [outbox.HandlerFunc]. It holds the
+// handle is the live projection's [inbox.HandlerFunc]. It holds the
 // projection lock in shared mode so that a replay's clearing transaction
 // never interleaves with it (see [Replay]).
 func handle(ctx context.Context, tx pgx.Tx, e event.Event) error {
@@ -130,9 +130,9 @@ func handle(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	return apply(ctx, tx, e)
 }
 
-// handleBatch is the live projection's [outbox.BatchFunc]: many events of
+// handleBatch is the live projection's [inbox.BatchFunc]: many events of
 // one stream in one transaction, under the projection lock as [handle].
-func handleBatch(ctx context.Context, tx pgx.Tx, _ string, ds []outbox.Delivery) error {
+func handleBatch(ctx context.Context, tx pgx.Tx, _ string, ds []inbox.Delivery) error {
 	if err := queries.ProjectionLockShared(ctx, tx); err != nil {
 		return fmt.Errorf("projection lock: %w", err)
 	}

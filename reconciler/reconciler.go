@@ -35,8 +35,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/app"
-	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
 	tripsql "github.com/tripsaga/tripsaga/sql"
@@ -128,7 +128,7 @@ func (c *Config) validate() error {
 type Reconciler struct {
 	cfg     Config
 	log     *slog.Logger
-	inboxes []*outbox.Inbox
+	inboxes []*inbox.Inbox
 	metrics *metrics
 	figures *figures
 	sweepMu sync.Mutex
@@ -154,14 +154,14 @@ func New(cfg Config) (*Reconciler, error) {
 		return nil, fmt.Errorf("reconciler: metrics: %w", err)
 	}
 	handler, batch := r.observing(handle, handleBatch)
-	inboxMetrics, err := outbox.NewInboxMetrics(cfg.Registerer)
+	inboxMetrics, err := inbox.NewMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("reconciler: inbox metrics: %w", err)
 	}
 	types := projectionTypes()
 	batchLock := &sync.Mutex{}
 	for stream, filters := range events.Full().Streams(types) {
-		in, err := outbox.NewInbox(outbox.InboxConfig{
+		in, err := inbox.New(inbox.Config{
 			Name: ProjectionName, Stream: stream, FilterSubjects: filters, Types: types,
 			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: handler, BatchApply: batch, BatchLock: batchLock,
 			Concurrency: 1, Logger: cfg.Logger, Metrics: inboxMetrics,
@@ -180,7 +180,7 @@ func New(cfg Config) (*Reconciler, error) {
 
 // Inboxes returns the projection's inboxes, one per stream, for
 // readiness (app.Process.AddInboxes); all are optional.
-func (r *Reconciler) Inboxes() []*outbox.Inbox { return r.inboxes }
+func (r *Reconciler) Inboxes() []*inbox.Inbox { return r.inboxes }
 
 // Run consumes the streams into trip_view and sweeps every Interval (the
 // first sweep right away) until ctx ends. ready, if set, is called once the

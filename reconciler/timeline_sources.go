@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/redact"
-	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/saga"
 )
@@ -142,13 +142,13 @@ func (r *Reconciler) deadLetterEntries(ctx context.Context, trip string) ([]Entr
 			return out, err
 		}
 		seq = m.Sequence + 1
-		orig := m.Header.Get(outbox.HeaderDeadSubject)
+		orig := m.Header.Get(inbox.HeaderDeadSubject)
 		if !strings.HasSuffix(orig, "."+trip) && m.Header.Get("ce-subject") != trip {
 			continue
 		}
 		en := Entry{At: m.Time.UTC(), Column: "deadletter", Source: "deadletter", Stream: events.StreamDeadLetter, Seq: m.Sequence,
-			What:    "parked by " + m.Header.Get(outbox.HeaderDeadConsumer),
-			Detail:  fmt.Sprintf("%s #%s (%s): %s", m.Header.Get(outbox.HeaderDeadStream), m.Header.Get(outbox.HeaderDeadSeq), orig, m.Header.Get(outbox.HeaderDeadReason)),
+			What:    "parked by " + m.Header.Get(inbox.HeaderDeadConsumer),
+			Detail:  fmt.Sprintf("%s #%s (%s): %s", m.Header.Get(inbox.HeaderDeadStream), m.Header.Get(inbox.HeaderDeadSeq), orig, m.Header.Get(inbox.HeaderDeadReason)),
 			Headers: map[string]string{}}
 		for k := range m.Header {
 			en.Headers[k] = m.Header.Get(k)

@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/testenv"
-	"github.com/tripsaga/tripsaga/outbox"
 )
 
 // opsOf serves a service's operator endpoints (app.Process.HandleOps: GET
@@ -68,11 +68,11 @@ func TestTimeline(t *testing.T) {
 	parked := ev(t, events.HotelHeld, trip)
 	m := msgOf(t, parked)
 	m.Subject = events.DeadLetterSubjectPrefix + ".HOTEL.trips"
-	m.Header.Set(outbox.HeaderDeadReason, "handler failed: boom")
-	m.Header.Set(outbox.HeaderDeadStream, "HOTEL")
-	m.Header.Set(outbox.HeaderDeadSeq, "2")
-	m.Header.Set(outbox.HeaderDeadSubject, "hotel.held."+trip)
-	m.Header.Set(outbox.HeaderDeadConsumer, "trips")
+	m.Header.Set(inbox.HeaderDeadReason, "handler failed: boom")
+	m.Header.Set(inbox.HeaderDeadStream, "HOTEL")
+	m.Header.Set(inbox.HeaderDeadSeq, "2")
+	m.Header.Set(inbox.HeaderDeadSubject, "hotel.held."+trip)
+	m.Header.Set(inbox.HeaderDeadConsumer, "trips")
 	_, err := b.js.PublishMsg(ctx, m)
 	require.NoError(t, err)
 
@@ -123,7 +123,7 @@ func TestTimeline(t *testing.T) {
 		require.NotContains(t, e.Detail, other)
 		if e.Source == "deadletter" {
 			require.Contains(t, e.Detail, "handler failed: boom")
-			require.Equal(t, "hotel.held."+trip, e.Headers[outbox.HeaderDeadSubject])
+			require.Equal(t, "hotel.held."+trip, e.Headers[inbox.HeaderDeadSubject])
 		}
 	}
 	require.Len(t, tl.Incidents, 1)

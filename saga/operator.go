@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/saga/internal/dbsqlc"
 )
@@ -174,7 +175,7 @@ func (r *Runner) Operate(ctx context.Context, tx pgx.Tx, e event.Event, d events
 			return err
 		}
 	default:
-		return fmt.Errorf("%w: action %q is not carried out by a step service", outbox.ErrPermanent, d.Action)
+		return fmt.Errorf("%w: action %q is not carried out by a step service", inbox.ErrPermanent, d.Action)
 	}
 	if err := queries.OperatorLogInsert(ctx, tx, dbsqlc.OperatorLogInsertParams{
 		EventID: e.ID(), TripID: trip, Action: d.Action, Operator: d.Operator, Reason: d.Reason, Effect: effect,
@@ -250,11 +251,11 @@ func (r *Runner) undoLeak(ctx context.Context, tx pgx.Tx, trip string) (string, 
 
 // addOperatorInbox adds the inbox of the operators' actions when the
 // catalogue names the service among those that carry them out.
-func (s *Service) addOperatorInbox(metrics *outbox.InboxMetrics) error {
+func (s *Service) addOperatorInbox(metrics *inbox.Metrics) error {
 	in, err := NewOperatorInbox(OperatorInboxConfig{
 		Service: s.cfg.Spec.Service, Catalogue: s.cfg.Catalogue,
 		Runners: append([]*Runner{s.Runner}, s.Extra...),
-		Inboxes: func() []*outbox.Inbox { return s.inboxes },
+		Inboxes: func() []*inbox.Inbox { return s.inboxes },
 		Pool:    s.cfg.Pool, JetStream: s.cfg.JetStream, Relay: s.relay, Logger: s.cfg.Logger, Metrics: metrics,
 	})
 	if err != nil || in == nil {
@@ -272,12 +273,12 @@ type OperatorInboxConfig struct {
 	Service   string
 	Catalogue events.Catalogue
 	Runners   []*Runner
-	Inboxes   func() []*outbox.Inbox
+	Inboxes   func() []*inbox.Inbox
 	Pool      *pgxpool.Pool
 	JetStream jetstream.JetStream
 	Relay     *outbox.Relay
 	Logger    *slog.Logger
-	Metrics   *outbox.InboxMetrics
+	Metrics   *inbox.Metrics
 	// Observe, when set, sees every action of the stream, those naming
 	// another service too, in the action's inbox transaction and before
 	// it is carried out; an error fails the handling like the action's
@@ -291,17 +292,17 @@ type OperatorInboxConfig struct {
 // OPERATOR stream) for cfg.Service, or nil when the catalogue does not
 // name the service among those that carry them out (Operator.Consumers).
 // Actions naming another service are acknowledged without effect. The
-// inbox is optional (outbox.InboxConfig.Optional): the OPERATOR stream
+// inbox is optional (inbox.Config.Optional): the OPERATOR stream
 // only feeds it, the reconciler owns it (and creates it again when lost),
 // and no booking needs it, so a service never fails readiness for it
 // (docs/contracts/trips-api.md, /readyz); it consumes once the stream
 // appears.
-func NewOperatorInbox(cfg OperatorInboxConfig) (*outbox.Inbox, error) {
+func NewOperatorInbox(cfg OperatorInboxConfig) (*inbox.Inbox, error) {
 	op := cfg.Catalogue.Operator
 	if op.Type == "" || !slices.Contains(op.Consumers, cfg.Service) || len(cfg.Runners) == 0 {
 		return nil, nil //nolint:nilnil // no inbox is not an error
 	}
-	return outbox.NewInbox(outbox.InboxConfig{
+	return inbox.New(inbox.Config{
 		Name: cfg.Service, Stream: events.StreamOperator, FilterSubjects: []string{events.Kind(op.Type) + ".>"},
 		Types: []string{op.Type}, Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: cfg.onOperator,
 		Relay: cfg.Relay, Logger: cfg.Logger, Metrics: cfg.Metrics, Optional: true,
@@ -325,7 +326,7 @@ func (cfg OperatorInboxConfig) onOperator(ctx context.Context, tx pgx.Tx, e even
 		return nil
 	}
 	if d.Action == events.ActionRedrive {
-		dup, err := outbox.RedriveParked(ctx, tx, d.DeadLetter, cfg.Inboxes()...)
+		dup, err := inbox.RedriveParked(ctx, tx, d.DeadLetter, cfg.Inboxes()...)
 		if err != nil {
 			return fmt.Errorf("redrive asked by %s: %w", d.Operator, err)
 		}
@@ -342,7 +343,7 @@ func (cfg OperatorInboxConfig) onOperator(ctx context.Context, tx pgx.Tx, e even
 		})
 	}
 	if err := events.ValidateTripID(d.TripID); err != nil {
-		return fmt.Errorf("%w: %w", outbox.ErrPermanent, err)
+		return fmt.Errorf("%w: %w", inbox.ErrPermanent, err)
 	}
 	acting := cfg.Runners[0]
 	if d.Action == events.ActionSettle && d.Step != "" {

@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/inbox"
 )
 
 // OriginFunc returns the request (as JSON) of trip's trip.requested
@@ -44,7 +44,7 @@ func TripsOrigin(js jetstream.JetStream) OriginFunc { return OriginOf(js, events
 // get-last-message-by-subject request, $JS.API.STREAM.MSG.GET.<stream>,
 // after the first call has looked up the stream), and returns its
 // "request". A stored start event that cannot be decoded, or c without
-// a start event, is a permanent error (outbox.ErrPermanent).
+// a start event, is a permanent error (inbox.ErrPermanent).
 func OriginOf(js jetstream.JetStream, c events.Catalogue) OriginFunc {
 	var (
 		mu     sync.Mutex
@@ -53,11 +53,11 @@ func OriginOf(js jetstream.JetStream, c events.Catalogue) OriginFunc {
 	start, declared := c.Lookup(c.Start)
 	return func(ctx context.Context, trip string) (json.RawMessage, error) {
 		if !declared {
-			return nil, fmt.Errorf("%w: the catalogue declares no start event (Catalogue.Start %q)", outbox.ErrPermanent, c.Start)
+			return nil, fmt.Errorf("%w: the catalogue declares no start event (Catalogue.Start %q)", inbox.ErrPermanent, c.Start)
 		}
 		subject, err := events.Subject(start.Type, trip)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", outbox.ErrPermanent, err)
+			return nil, fmt.Errorf("%w: %w", inbox.ErrPermanent, err)
 		}
 		mu.Lock()
 		s := stream
@@ -79,16 +79,16 @@ func OriginOf(js jetstream.JetStream, c events.Catalogue) OriginFunc {
 		}
 		e, err := events.Decode(m.Header, m.Data)
 		if err != nil {
-			return nil, fmt.Errorf("%w: stored %s cannot be decoded: %w", outbox.ErrPermanent, subject, err)
+			return nil, fmt.Errorf("%w: stored %s cannot be decoded: %w", inbox.ErrPermanent, subject, err)
 		}
 		var d struct {
 			Request json.RawMessage `json:"request"`
 		}
 		if err := events.DecodeData(e, &d); err != nil {
-			return nil, fmt.Errorf("%w: stored %s: %w", outbox.ErrPermanent, subject, err)
+			return nil, fmt.Errorf("%w: stored %s: %w", inbox.ErrPermanent, subject, err)
 		}
 		if len(d.Request) == 0 || string(d.Request) == "null" {
-			return nil, fmt.Errorf("%w: stored %s carries no request", outbox.ErrPermanent, subject)
+			return nil, fmt.Errorf("%w: stored %s carries no request", inbox.ErrPermanent, subject)
 		}
 		return d.Request, nil
 	}
@@ -97,7 +97,7 @@ func OriginOf(js jetstream.JetStream, c events.Catalogue) OriginFunc {
 // checkOrigin returns nil when the start event (read with origin; the
 // trip's trip.requested, declared as start) of trigger e's saga carries a
 // request equal to req (as JSON values: the same members and values, in
-// any order and spacing); a wrapped outbox.ErrPermanent naming why not
+// any order and spacing); a wrapped inbox.ErrPermanent naming why not
 // when it differs, or when it is missing and e's time is more than grace
 // ago; a transient error when it is missing within grace (its stream may
 // have lost it: see [ServiceConfig.OriginGrace]); else origin's error.
@@ -113,10 +113,10 @@ func checkOrigin(ctx context.Context, origin OriginFunc, start events.EventType,
 		if age := time.Since(e.Time()); age < grace {
 			return fmt.Errorf("%s: no %s for %s yet, %s after the event: the %s stream may have lost it and the %s service's outbox publishes it again; asking again until %s after the event", typ, kind, trip, age.Round(time.Millisecond), start.Stream, start.Service, grace)
 		}
-		return fmt.Errorf("%w: %s: no %s for %s: not a %s the %s service took", outbox.ErrPermanent, typ, kind, trip, entity, start.Service)
+		return fmt.Errorf("%w: %s: no %s for %s: not a %s the %s service took", inbox.ErrPermanent, typ, kind, trip, entity, start.Service)
 	}
 	if diff := requestDiff(want, req); len(diff) > 0 {
-		return fmt.Errorf("%w: %s of trip %s: request differs from the trip's trip.requested: %s", outbox.ErrPermanent, typ, trip, strings.Join(diff, ", "))
+		return fmt.Errorf("%w: %s of trip %s: request differs from the trip's trip.requested: %s", inbox.ErrPermanent, typ, trip, strings.Join(diff, ", "))
 	}
 	return nil
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/testenv"
-	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/saga"
 	"github.com/tripsaga/tripsaga/sagatest"
 	"github.com/tripsaga/tripsaga/services/payment"
@@ -90,7 +90,7 @@ func TestOriginLostByItsStream(t *testing.T) {
 		for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
 			m, err := dl.GetMsg(ctx, seq)
 			if err == nil && m.Header.Get("ce-subject") == forged {
-				require.Contains(t, m.Header.Get(outbox.HeaderDeadReason), "no trip.requested for "+forged+": not a trip the trips service took")
+				require.Contains(t, m.Header.Get(inbox.HeaderDeadReason), "no trip.requested for "+forged+": not a trip the trips service took")
 				return true
 			}
 		}

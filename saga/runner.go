@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/fault"
 	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/saga/internal/dbsqlc"
 )
@@ -84,6 +85,8 @@ type Runner struct {
 	clock  dbClock
 	calls  *prometheus.CounterVec
 	raised prometheus.Counter
+	// uow writes the step log and its events (steplog.go).
+	uow outbox.UnitOfWork
 }
 
 // New returns a runner. It returns an error wrapping [ErrInvalidConfig]
@@ -110,6 +113,10 @@ func New(cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("%w: CallTimeout %s must be shorter than StepDeadline %s", ErrInvalidConfig, cfg.Timing.CallTimeout, cfg.Timing.StepDeadline)
 	}
 	r := &Runner{
+		uow: outbox.UnitOfWork{Pool: cfg.Pool, Relay: cfg.Relay,
+			// The fault point between the step log's COMMIT and its
+			// events' local publish: relays claim them after LocalGrace.
+			Committed: func(ctx context.Context) bool { return fault.HitSite(ctx, fault.AfterLog) == nil }},
 		cfg:  cfg,
 		born: time.Now(),
 		t:    cfg.Timing,

@@ -18,13 +18,14 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/outbox"
 )
 
 // BuildFunc returns the company request body of a step from the saga's
 // id and its request, as JSON, the way the saga's first event carried it
 // (the trip's: an events.TripRequest). An error parks the trigger event
-// (outbox.ErrPermanent): a request that cannot be read or is invalid is
+// (inbox.ErrPermanent): a request that cannot be read or is invalid is
 // never retried. Make one with [Builder], which decodes and checks the
 // request as the saga's own type.
 type BuildFunc func(sagaID string, request json.RawMessage) (any, error)
@@ -122,7 +123,7 @@ func DefaultOriginGrace() time.Duration {
 type ExtraStep struct {
 	Spec Spec
 	// Request returns the step to record for a trigger event. An error
-	// wrapping outbox.ErrPermanent parks the event (nothing is called).
+	// wrapping inbox.ErrPermanent parks the event (nothing is called).
 	Request func(e event.Event) (Request, error)
 }
 
@@ -134,7 +135,7 @@ type Service struct {
 	Extra   []*Runner
 	relay   *outbox.Relay
 	live    *Liveness
-	inboxes []*outbox.Inbox
+	inboxes []*inbox.Inbox
 }
 
 // tripEvent is the common shape of every trigger's data: trip.requested
@@ -206,7 +207,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, Runner: r, relay: relay, live: live}
-	metrics, err := outbox.NewInboxMetrics(cfg.Registerer)
+	metrics, err := inbox.NewMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +252,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 			extra[t] = append(extra[t], func(ctx context.Context, tx pgx.Tx, e event.Event) error {
 				cat, err := cfg.Family.Of(events.VersionOf(e))
 				if err != nil {
-					return fmt.Errorf("%w: %s of trip %s: %w", outbox.ErrPermanent, e.Type(), e.Subject(), err)
+					return fmt.Errorf("%w: %s of trip %s: %w", inbox.ErrPermanent, e.Type(), e.Subject(), err)
 				}
 				if cat.ReactionOf(name, e.Type()) != events.Run {
 					// Not a step of the trip's version (the undo of an
@@ -263,7 +264,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 					return err
 				}
 				if req.TripID != e.Subject() {
-					return fmt.Errorf("%w: %s names trip %q, not its subject %q", outbox.ErrPermanent, e.Type(), req.TripID, e.Subject())
+					return fmt.Errorf("%w: %s names trip %q, not its subject %q", inbox.ErrPermanent, e.Type(), req.TripID, e.Subject())
 				}
 				req.Version = events.VersionOf(e)
 				_, err = xr.Request(ctx, tx, req)
@@ -273,7 +274,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	}
 	handler := func(ctx context.Context, tx pgx.Tx, e event.Event) error {
 		if err := events.ValidateTripID(e.Subject()); err != nil {
-			return fmt.Errorf("%w: subject: %w", outbox.ErrPermanent, err)
+			return fmt.Errorf("%w: subject: %w", inbox.ErrPermanent, err)
 		}
 		if fs, ok := extra[e.Type()]; ok {
 			for _, f := range fs {
@@ -294,7 +295,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		version := events.VersionOf(e)
 		cat, err := cfg.Family.Of(version)
 		if err != nil {
-			return fmt.Errorf("%w: %s of trip %s: %w", outbox.ErrPermanent, e.Type(), e.Subject(), err)
+			return fmt.Errorf("%w: %s of trip %s: %w", inbox.ErrPermanent, e.Type(), e.Subject(), err)
 		}
 		switch cat.ReactionOf(cfg.Spec.Name, e.Type()) {
 		case events.Run:
@@ -312,9 +313,9 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 				types = append(types, t)
 			}
 		}
-		in, err := outbox.NewInbox(outbox.InboxConfig{
+		in, err := inbox.New(inbox.Config{
 			Name: cfg.Spec.Service, Stream: stream, FilterSubjects: filters, Types: types,
-			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: handler, BatchApply: outbox.HandlerBatch(handler),
+			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: handler, BatchApply: inbox.HandlerBatch(handler),
 			Relay:  relay,
 			Logger: cfg.Logger, Metrics: metrics,
 		})
@@ -351,7 +352,7 @@ func (s *Service) onTrigger(ctx context.Context, tx pgx.Tx, e event.Event, cat e
 		return err
 	}
 	if len(d.Request) == 0 || string(d.Request) == "null" || d.TripID == "" || d.TripID != e.Subject() {
-		return fmt.Errorf("%w: %s carries no trip request for subject %q", outbox.ErrPermanent, e.Type(), e.Subject())
+		return fmt.Errorf("%w: %s carries no trip request for subject %q", inbox.ErrPermanent, e.Type(), e.Subject())
 	}
 	// Events are untrusted input too: the step's Build (a [Builder])
 	// decodes the request as the saga's type and checks it (the trip's
@@ -359,7 +360,7 @@ func (s *Service) onTrigger(ctx context.Context, tx pgx.Tx, e event.Event, cat e
 	// company is called; an invalid one is parked, naming its fields.
 	body, err := s.cfg.Build(d.TripID, d.Request)
 	if err != nil {
-		return fmt.Errorf("%w: %s of trip %s: %w", outbox.ErrPermanent, e.Type(), e.Subject(), err)
+		return fmt.Errorf("%w: %s of trip %s: %w", inbox.ErrPermanent, e.Type(), e.Subject(), err)
 	}
 	// A trigger another step service published is carried out only for a
 	// trip the trips service took, with its request unchanged: a step
@@ -385,16 +386,16 @@ func fromStepService(c events.Catalogue, typ string) bool {
 }
 
 // Check returns an error when one of the service's inboxes fails
-// readiness (see outbox.Readiness: a stalled inbox fails it, one waiting
+// readiness (see inbox.Readiness: a stalled inbox fails it, one waiting
 // for its stream to appear or the operators' inbox does not).
 func (s *Service) Check(ctx context.Context) error {
-	return outbox.CheckAll(ctx, s.inboxes...)
+	return inbox.CheckAll(ctx, s.inboxes...)
 }
 
 // Inboxes returns the service's inboxes (its triggers', its
 // compensations', the operators' actions'), for readiness
 // (app.Process.AddInboxes).
-func (s *Service) Inboxes() []*outbox.Inbox { return s.inboxes }
+func (s *Service) Inboxes() []*inbox.Inbox { return s.inboxes }
 
 // Run registers the process among the service's replicas ([Liveness]),
 // runs the recovery pass, calls ready, then runs the runner, the relay and

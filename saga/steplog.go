@@ -3,14 +3,13 @@ package saga
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/fault"
-	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/saga/internal/dbsqlc"
 )
 
@@ -22,72 +21,52 @@ func (r *Runner) inTx(ctx context.Context, claimed dbsqlc.Step, f func(tx pgx.Tx
 	if done, err := r.inTxAsClaimed(ctx, claimed, f); done || err != nil {
 		return err
 	}
-	tx, err := r.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	ctx, committed := outbox.WithAfterCommit(ctx, r.cfg.Relay)
-	row, err := queries.StepGetForUpdate(ctx, tx, dbsqlc.StepGetForUpdateParams{TripID: claimed.TripID, Step: claimed.Step})
-	if err != nil {
-		return err
-	}
-	evs, err := f(tx, &row)
-	if err != nil {
-		return err
-	}
-	r.endLease(&row)
-	if err := update(ctx, tx, row); err != nil {
-		return err
-	}
-	if err := r.write(ctx, tx, evs...); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return err
-	}
-	if fault.HitSite(ctx, fault.AfterLog) != nil {
-		return nil // as if the local publish failed: relays claim the events after LocalGrace
-	}
-	committed()
-	return nil
+	return r.uow.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		row, err := queries.StepGetForUpdate(ctx, tx, dbsqlc.StepGetForUpdateParams{TripID: claimed.TripID, Step: claimed.Step})
+		if err != nil {
+			return err
+		}
+		evs, err := f(tx, &row)
+		if err != nil {
+			return err
+		}
+		r.endLease(&row)
+		if err := update(ctx, tx, row); err != nil {
+			return err
+		}
+		return r.write(ctx, tx, evs...)
+	})
 }
 
 // inTxAsClaimed is inTx on the row as claimed, written only if it is
 // still so (updateIf); it reports false, having changed
 // nothing, when the row changed meanwhile.
 func (r *Runner) inTxAsClaimed(ctx context.Context, claimed dbsqlc.Step, f func(tx pgx.Tx, row *dbsqlc.Step) ([]event.Event, error)) (bool, error) {
-	tx, err := r.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	ctx, committed := outbox.WithAfterCommit(ctx, r.cfg.Relay)
-	row := claimed
-	evs, err := f(tx, &row)
-	if err != nil {
-		return false, err
-	}
-	r.endLease(&row)
-	wrote, err := updateIf(ctx, tx, row, &claimed)
-	if err != nil {
-		return false, err
-	}
-	if !wrote {
+	err := r.uow.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		row := claimed
+		evs, err := f(tx, &row)
+		if err != nil {
+			return err
+		}
+		r.endLease(&row)
+		wrote, err := updateIf(ctx, tx, row, &claimed)
+		if err != nil {
+			return err
+		}
+		if !wrote {
+			return errRowChanged
+		}
+		return r.write(ctx, tx, evs...)
+	})
+	if errors.Is(err, errRowChanged) {
 		return false, nil
 	}
-	if err := r.write(ctx, tx, evs...); err != nil {
-		return false, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return false, err
-	}
-	if fault.HitSite(ctx, fault.AfterLog) != nil {
-		return true, nil // as if the local publish failed
-	}
-	committed()
-	return true, nil
+	return err == nil, err
 }
+
+// errRowChanged rolls back inTxAsClaimed's transaction: the row is no
+// longer as claimed.
+var errRowChanged = errors.New("saga: the step row changed since its claim")
 
 // endLease clears the owner of a row whose call's answer this runner
 // writes: no call of it is in flight any more. A lease another replica

@@ -8,7 +8,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/provider"
 )
 
@@ -131,7 +131,7 @@ func (u UndoStep) StatusFor(ctx context.Context, _ string, body any) (provider.R
 // step's own Idempotency-Key "<trip>:<name>", and publish onDone. With
 // refund, the undo is a partial refund of the event's RefundCents. An
 // event whose amounts do not add up (fee + refund != charged, or one
-// negative) is parked (outbox.ErrPermanent) and nothing is called.
+// negative) is parked (inbox.ErrPermanent) and nothing is called.
 func CancellationStep(name, service, bookingKey string, c *provider.Client, onDone string, refund bool) ExtraStep {
 	return ExtraStep{
 		Spec: Spec{
@@ -145,7 +145,7 @@ func CancellationStep(name, service, bookingKey string, c *provider.Client, onDo
 			}
 			if d.TripID == "" || d.FeeCents < 0 || d.RefundCents < 0 || d.FeeCents+d.RefundCents != d.ChargedCents {
 				return Request{}, fmt.Errorf("%w: %s of trip %q: fee_cents %d + refund_cents %d must be charged_cents %d, none negative",
-					outbox.ErrPermanent, e.Type(), d.TripID, d.FeeCents, d.RefundCents, d.ChargedCents)
+					inbox.ErrPermanent, e.Type(), d.TripID, d.FeeCents, d.RefundCents, d.ChargedCents)
 			}
 			body := UndoRequest{TripID: d.TripID, Key: d.TripID + ":" + bookingKey}
 			if refund {

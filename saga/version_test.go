@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/testenv"
-	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/saga"
 	"github.com/tripsaga/tripsaga/sagatest"
 	"github.com/tripsaga/tripsaga/services/hotel"
@@ -186,7 +186,7 @@ func TestATripKeepsItsVersion(t *testing.T) {
 		}, "parked on DEADLETTER")
 		m, err := dl.GetLastMsgForSubject(ctx, ">")
 		require.NoError(t, err)
-		require.Contains(t, m.Header.Get(outbox.HeaderDeadReason), "trip version", "the reason names the version")
+		require.Contains(t, m.Header.Get(inbox.HeaderDeadReason), "trip version", "the reason names the version")
 		s, err := saga.Steps(ctx, b.pool, "T-vbad")
 		require.NoError(t, err)
 		require.Empty(t, s, "nothing is called for it")

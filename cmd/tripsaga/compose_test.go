@@ -19,11 +19,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/pgroles"
 	"github.com/tripsaga/tripsaga/internal/stack"
-	"github.com/tripsaga/tripsaga/outbox"
 )
 
 func readRepoFile(t *testing.T, name string) string {
@@ -353,7 +353,7 @@ func TestDocsStateMaxDeliver(t *testing.T) {
 	doc := readRepoFile(t, page)
 	for _, want := range []string{
 		"`MaxDeliver` -1",
-		"delivery " + strconv.Itoa(outbox.InboxMaxDeliverDefault),
+		"delivery " + strconv.Itoa(inbox.MaxDeliverDefault),
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("%s does not say %q", page, want)

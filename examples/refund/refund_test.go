@@ -15,7 +15,7 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/examples/refund"
-	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/saga"
 	"github.com/tripsaga/tripsaga/sagatest"
@@ -350,7 +350,7 @@ func TestRefundForgedTrigger(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		reason = msg.Header.Get(outbox.HeaderDeadReason)
+		reason = msg.Header.Get(inbox.HeaderDeadReason)
 		return true
 	}, "the forged trigger parked")
 	require.Contains(t, reason, "amount_cents")

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/outbox"
 )
 
@@ -95,13 +96,13 @@ const viewSchema = `CREATE TABLE IF NOT EXISTS refund_view (
 // View is the refunds desk: it takes a refund ([View.Take]: its row and
 // its refund.requested in one transaction, published by its outbox
 // relay), and it is the saga's projection: one inbox per stream it reads
-// (outbox.NewInbox, each event recorded once by its id in the same
+// (inbox.New, each event recorded once by its id in the same
 // transaction as its effect) into a table refund_view of each refund's
 // [State].
 type View struct {
 	pool    *pgxpool.Pool
 	relay   *outbox.Relay
-	inboxes []*outbox.Inbox
+	inboxes []*inbox.Inbox
 }
 
 // NewView creates the view's table in pool's schema (which must hold the
@@ -137,9 +138,9 @@ func NewView(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream) (*
 				ts = append(ts, t)
 			}
 		}
-		in, err := outbox.NewInbox(outbox.InboxConfig{
+		in, err := inbox.New(inbox.Config{
 			Name: ServiceRefunds, Stream: stream, FilterSubjects: streams[stream], Types: ts,
-			Pool: pool, JetStream: js, Handler: v.apply, BatchApply: outbox.HandlerBatch(v.apply), BatchLock: &lock,
+			Pool: pool, JetStream: js, Handler: v.apply, BatchApply: inbox.HandlerBatch(v.apply), BatchLock: &lock,
 			Relay: relay,
 		})
 		if err != nil {
@@ -155,11 +156,11 @@ func NewView(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream) (*
 func (v *View) apply(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	to, ok := stateOf[e.Type()]
 	if !ok {
-		return fmt.Errorf("%w: the refund view does not follow %s", outbox.ErrPermanent, e.Type())
+		return fmt.Errorf("%w: the refund view does not follow %s", inbox.ErrPermanent, e.Type())
 	}
 	id := e.Subject()
 	if err := events.ValidateTripID(id); err != nil {
-		return fmt.Errorf("%w: subject: %w", outbox.ErrPermanent, err)
+		return fmt.Errorf("%w: subject: %w", inbox.ErrPermanent, err)
 	}
 	var cur string
 	err := tx.QueryRow(ctx, `SELECT state FROM refund_view WHERE refund_id = $1 FOR UPDATE`, id).Scan(&cur)

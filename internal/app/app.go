@@ -29,11 +29,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/doctor"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/redact"
 	"github.com/tripsaga/tripsaga/internal/tracing"
-	"github.com/tripsaga/tripsaga/outbox"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
@@ -184,7 +184,7 @@ type Process struct {
 	checks  []func(context.Context) error
 	details []func(context.Context) ([]string, error)
 	// inboxes are the process's inboxes, for /readyz (AddInboxes).
-	inboxes []func() []*outbox.Inbox
+	inboxes []func() []*inbox.Inbox
 	// ownStreams are the streams the process creates and updates;
 	// keptStreams those it creates again when they are lost (its own and,
 	// when it consumes, the dead-letter stream): see keepStreams.
@@ -505,14 +505,14 @@ func (p *Process) checkOwnStreams(ctx context.Context) error {
 }
 
 // AddInboxes makes /readyz check the inboxes inboxes returns
-// (outbox.Readiness): an inbox that fails readiness (stalled, its consumer
+// (inbox.Readiness): an inbox that fails readiness (stalled, its consumer
 // lost and being recreated) answers 503 with why; one whose stream does
 // not exist yet, or an optional one (the operators' actions) that is not
 // consuming, never fails it and is a line after "ready":
 //
 //	waiting for stream PAYMENT (created by payment at its start, or by tripsaga streams apply): consumer hotel consumes it once it appears
 //	not consuming OPERATOR (operator actions only; never makes this process unready): inbox hotel: ...
-func (p *Process) AddInboxes(inboxes func() []*outbox.Inbox) {
+func (p *Process) AddInboxes(inboxes func() []*inbox.Inbox) {
 	p.inboxes = append(p.inboxes, inboxes)
 }
 
@@ -521,7 +521,7 @@ func (p *Process) AddInboxes(inboxes func() []*outbox.Inbox) {
 func (p *Process) inboxReadiness(ctx context.Context) ([]string, error) {
 	var lines []string
 	for _, f := range p.inboxes {
-		waits, err := outbox.Readiness(ctx, f()...)
+		waits, err := inbox.Readiness(ctx, f()...)
 		if err != nil {
 			return nil, err
 		}
@@ -534,8 +534,8 @@ func (p *Process) inboxReadiness(ctx context.Context) ([]string, error) {
 
 // WaitLine is the /readyz line of an inbox that waits without failing
 // readiness (see [Process.AddInboxes]); c names the stream's owner.
-func WaitLine(c events.Catalogue, w outbox.InboxWait) string {
-	if errors.Is(w.Err, outbox.ErrStreamMissing) {
+func WaitLine(c events.Catalogue, w inbox.Wait) string {
+	if errors.Is(w.Err, inbox.ErrStreamMissing) {
 		by := "its service"
 		if o := c.StreamOwner(w.Stream); o != "" {
 			by = o

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
-	"github.com/tripsaga/tripsaga/outbox"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
@@ -39,12 +39,12 @@ func TestStreamsOfAProcess(t *testing.T) {
 		return p, "http://" + env.HTTPAddr + "/readyz"
 	}
 	p, readyz := open("hotel")
-	in, err := outbox.NewInbox(outbox.InboxConfig{
+	in, err := inbox.New(inbox.Config{
 		Name: "hotel", Stream: events.StreamTrips, FilterSubjects: []string{"trip.requested.>"}, Types: []string{events.TripRequested},
 		Pool: p.Pool, JetStream: p.JS, Handler: func(context.Context, pgx.Tx, event.Event) error { return nil },
 	})
 	require.NoError(t, err)
-	p.AddInboxes(func() []*outbox.Inbox { return []*outbox.Inbox{in} })
+	p.AddInboxes(func() []*inbox.Inbox { return []*inbox.Inbox{in} })
 	p.SetReady()
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 2)

@@ -58,6 +58,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/outbox"
 )
 
@@ -128,10 +129,10 @@ type Config struct {
 	// live duplicate window.
 	RelayBackoffMax, RelayLocalGrace time.Duration
 	// InboxMaxDeliver is the delivery at which an inbox parks a failing
-	// event (outbox.InboxConfig.MaxDeliver); at least 2.
+	// event (inbox.Config.MaxDeliver); at least 2.
 	InboxMaxDeliver int
 	// InboxAckWait is the AckWait the process's inboxes create their
-	// consumers with (outbox.InboxConfig.AckWait); it must exceed
+	// consumers with (inbox.Config.AckWait); it must exceed
 	// SlowestHandler, as must every live inbox consumer's.
 	InboxAckWait time.Duration
 	// SlowestHandler is the longest an inbox handler may take (see
@@ -179,8 +180,8 @@ func DefaultConfig(c events.Catalogue) Config {
 		Inboxes:         slices.Sorted(maps.Keys(inboxes)),
 		RelayBackoffMax: outbox.RelayBackoffMaxDefault,
 		RelayLocalGrace: outbox.RelayLocalGraceDefault,
-		InboxMaxDeliver: outbox.InboxMaxDeliverDefault,
-		InboxAckWait:    outbox.InboxAckWaitDefault,
+		InboxMaxDeliver: inbox.MaxDeliverDefault,
+		InboxAckWait:    inbox.AckWaitDefault,
 		SlowestHandler:  SlowestHandlerDefault,
 		ReplayWindow:    events.MaxAge,
 		StreamReplicas:  1,

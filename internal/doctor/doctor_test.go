@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/doctor"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
-	"github.com/tripsaga/tripsaga/outbox"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
@@ -32,10 +32,10 @@ func goodStream(name string) jetstream.StreamConfig {
 	}
 }
 
-// inboxConsumer is the consumer config an inbox creates (outbox.Inbox.Run).
+// inboxConsumer is the consumer config an inbox creates (inbox.Inbox.Run).
 func inboxConsumer(name string) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable: name, AckPolicy: jetstream.AckExplicitPolicy, AckWait: outbox.InboxAckWaitDefault,
+		Durable: name, AckPolicy: jetstream.AckExplicitPolicy, AckWait: inbox.AckWaitDefault,
 		MaxDeliver: -1, DeliverPolicy: jetstream.DeliverAllPolicy, MaxAckPending: 1000,
 	}
 }
@@ -277,7 +277,7 @@ func TestMissingStreams(t *testing.T) {
 }
 
 // TestDefaultConfigurationPasses: the streams of events.EnsureStreams and
-// the consumers the services' real inboxes create (outbox.Inbox.Run), plus
+// the consumers the services' real inboxes create (inbox.Inbox.Run), plus
 // a replay's ordered consumer, give no finding.
 func TestDefaultConfigurationPasses(t *testing.T) {
 	nc, js := streams(t)
@@ -286,7 +286,7 @@ func TestDefaultConfigurationPasses(t *testing.T) {
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
 	services := []string{"hotel", "payment", "car", "trips", "reconciler"}
-	var ins []*outbox.Inbox
+	var ins []*inbox.Inbox
 	want := 0
 	for _, svc := range services {
 		types := events.Default.Consumes(svc)
@@ -297,7 +297,7 @@ func TestDefaultConfigurationPasses(t *testing.T) {
 					st = append(st, typ)
 				}
 			}
-			in, err := outbox.NewInbox(outbox.InboxConfig{
+			in, err := inbox.New(inbox.Config{
 				Name: svc, Stream: stream, FilterSubjects: filters, Types: st, Pool: pool, JetStream: js,
 				Handler: func(context.Context, pgx.Tx, event.Event) error { return nil },
 			})

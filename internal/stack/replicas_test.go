@@ -408,7 +408,7 @@ func TestNATSClusterNodeKilled(t *testing.T) {
 	testenv.Eventually(t, func() bool { return booked() >= atStepDowns+10 }, "10 more trips booked after the step-downs")
 	// No service stalled behind a leader that moved: every replica's
 	// /readyz answers ready, which fails while an inbox has messages
-	// waiting and none arrived for 2×AckWait (outbox.Inbox.Check), or
+	// waiting and none arrived for 2×AckWait (inbox.Inbox.Check), or
 	// while its NATS or PostgreSQL does not answer.
 	for name := range pids {
 		require.NoError(t, s.WaitReady(ctx, name), "%s after the step-downs", name)

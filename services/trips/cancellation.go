@@ -196,51 +196,51 @@ func (e *notCancelable) Error() string { return "trips: trip is " + e.status }
 // trip that is not confirmed (pending, canceling, canceled, or canceled by
 // another key) is a *notCancelable; an unknown trip pgx.ErrNoRows.
 func (s *Service) cancel(ctx context.Context, id, key string, now time.Time) (dbsqlc.Trip, error) {
-	tx, err := s.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return dbsqlc.Trip{}, err
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	ctx, committed := outbox.WithAfterCommit(ctx, s.relay)
-	// Lock the row: a booking still running (pending, canceling) moves it
-	// under this lock too, so the status read here is the one that holds.
-	cur, err := queries.TripGetForUpdate(ctx, tx, id)
-	if err != nil {
-		return dbsqlc.Trip{}, err
-	}
-	switch {
-	case cur.Status == StatusConfirmed:
-	case cur.CancelKey != nil && *cur.CancelKey == key:
-		return cur, nil // the same request again
-	default:
-		return cur, &notCancelable{status: cur.Status, otherKey: cur.CancelKey != nil}
-	}
-	var req events.TripRequest
-	if err := json.Unmarshal(cur.Request, &req); err != nil {
-		return dbsqlc.Trip{}, fmt.Errorf("trip %s: stored request: %w", id, err)
-	}
-	checkIn, err := time.Parse(time.DateOnly, req.Hotel.CheckIn)
-	if err != nil {
-		return dbsqlc.Trip{}, fmt.Errorf("trip %s: stored check-in: %w", id, err)
-	}
-	fee := s.policy.Fee(req.Payment.AmountCents, req.Hotel.Nights, checkIn, now)
-	row, err := queries.TripRequestCancellation(ctx, tx, dbsqlc.TripRequestCancellationParams{
-		TripID: id, CancelKey: &key, RequestedAt: &now, Band: &fee.Band,
-		ChargedCents: pgtype.Int8{Int64: req.Payment.AmountCents, Valid: true},
-		FeeCents:     pgtype.Int8{Int64: fee.FeeCents, Valid: true},
-		RefundCents:  pgtype.Int8{Int64: fee.RefundCents, Valid: true},
+	var row dbsqlc.Trip
+	err := s.uow.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		// Lock the row: a booking still running (pending, canceling) moves it
+		// under this lock too, so the status read here is the one that holds.
+		cur, err := queries.TripGetForUpdate(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		switch {
+		case cur.Status == StatusConfirmed:
+		case cur.CancelKey != nil && *cur.CancelKey == key:
+			row = cur
+			return nil // the same request again
+		default:
+			row = cur
+			return &notCancelable{status: cur.Status, otherKey: cur.CancelKey != nil}
+		}
+		var req events.TripRequest
+		if err := json.Unmarshal(cur.Request, &req); err != nil {
+			return fmt.Errorf("trip %s: stored request: %w", id, err)
+		}
+		checkIn, err := time.Parse(time.DateOnly, req.Hotel.CheckIn)
+		if err != nil {
+			return fmt.Errorf("trip %s: stored check-in: %w", id, err)
+		}
+		fee := s.policy.Fee(req.Payment.AmountCents, req.Hotel.Nights, checkIn, now)
+		row, err = queries.TripRequestCancellation(ctx, tx, dbsqlc.TripRequestCancellationParams{
+			TripID: id, CancelKey: &key, RequestedAt: &now, Band: &fee.Band,
+			ChargedCents: pgtype.Int8{Int64: req.Payment.AmountCents, Valid: true},
+			FeeCents:     pgtype.Int8{Int64: fee.FeeCents, Valid: true},
+			RefundCents:  pgtype.Int8{Int64: fee.RefundCents, Valid: true},
+		})
+		if err != nil {
+			return err
+		}
+		return publish(ctx, tx, events.TripCancellationRequested, id, cur.Version, events.CancellationData{
+			TripID: id, Request: req, ChargedCents: req.Payment.AmountCents, FeeCents: fee.FeeCents,
+			RefundCents: fee.RefundCents, Currency: req.Payment.Currency, Band: fee.Band, RequestedAt: now.UTC(),
+		})
 	})
-	if err != nil {
+	var nc *notCancelable
+	if err != nil && !errors.As(err, &nc) {
 		return dbsqlc.Trip{}, err
 	}
-	if err := publishAndCommit(ctx, tx, events.TripCancellationRequested, id, cur.Version, events.CancellationData{
-		TripID: id, Request: req, ChargedCents: req.Payment.AmountCents, FeeCents: fee.FeeCents,
-		RefundCents: fee.RefundCents, Currency: req.Payment.Currency, Band: fee.Band, RequestedAt: now.UTC(),
-	}); err != nil {
-		return dbsqlc.Trip{}, err
-	}
-	committed()
-	return row, nil
+	return row, err
 }
 
 // projectCancellation settles a trip the traveler is canceling once the

@@ -9,8 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/saga"
 	"github.com/tripsaga/tripsaga/services/trips/internal/dbsqlc"
 )
@@ -122,39 +123,35 @@ func (s *Service) runNotices(ctx context.Context) error {
 // the runner's lease to one call of its key in flight. A trip that settles
 // first gets no notice: the pass reads it under its row lock.
 func (s *Service) NoticePass(ctx context.Context) (int, error) {
-	tx, err := s.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	ctx, committed := outbox.WithAfterCommit(ctx, s.relay)
-	rows, err := queries.TripNoticeDue(ctx, tx, dbsqlc.TripNoticeDueParams{AfterMs: float64(s.noticeAfter.Milliseconds()), Max: noticeBatch})
-	if err != nil {
-		return 0, fmt.Errorf("trips: trips due a delay notice: %w", err)
-	}
 	n := 0
-	for _, row := range rows {
-		var req events.TripRequest
-		if err := json.Unmarshal(row.Request, &req); err != nil || req.Traveler.Email == "" {
-			s.log.Error("trips: a canceling trip without a traveler's email gets no delay notice", "trip_id", row.TripID, "err", err)
-			continue
-		}
-		subject, text := noticeMail(row, req)
-		added, err := s.notice.Request(ctx, tx, saga.Request{
-			TripID: row.TripID, KeyName: NoticeKeyName,
-			Body: map[string]string{"to": oneLine(req.Traveler.Email), "subject": subject, "text": text, "trip_id": row.TripID},
-		})
+	err := s.uow.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		rows, err := queries.TripNoticeDue(ctx, tx, dbsqlc.TripNoticeDueParams{AfterMs: float64(s.noticeAfter.Milliseconds()), Max: noticeBatch})
 		if err != nil {
-			return 0, err
+			return fmt.Errorf("trips: trips due a delay notice: %w", err)
 		}
-		if added {
-			n++
+		for _, row := range rows {
+			var req events.TripRequest
+			if err := json.Unmarshal(row.Request, &req); err != nil || req.Traveler.Email == "" {
+				s.log.Error("trips: a canceling trip without a traveler's email gets no delay notice", "trip_id", row.TripID, "err", err)
+				continue
+			}
+			subject, text := noticeMail(row, req)
+			added, err := s.notice.Request(ctx, tx, saga.Request{
+				TripID: row.TripID, KeyName: NoticeKeyName,
+				Body: map[string]string{"to": oneLine(req.Traveler.Email), "subject": subject, "text": text, "trip_id": row.TripID},
+			})
+			if err != nil {
+				return err
+			}
+			if added {
+				n++
+			}
 		}
-	}
-	if err := tx.Commit(ctx); err != nil {
+		return nil
+	})
+	if err != nil {
 		return 0, err
 	}
-	committed()
 	if n > 0 {
 		s.log.Info("trips: delay notices recorded for trips still canceling", "trips", n, "after", s.noticeAfter)
 	}

@@ -34,6 +34,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/provider"
@@ -115,7 +116,10 @@ type Service struct {
 	cfg   Config
 	log   *slog.Logger
 	relay *outbox.Relay
-	mail  *saga.Runner
+	// uow runs the service's own transactions (a trip taken, a
+	// cancellation, the notice pass) with the relay's publish after them.
+	uow  outbox.UnitOfWork
+	mail *saga.Runner
 	// travelerMail emails the traveler once a cancellation is done (step
 	// traveler_mail: a trip's step log has one row per step).
 	travelerMail *saga.Runner
@@ -124,7 +128,7 @@ type Service struct {
 	notice, correction *saga.Runner
 	noticeAfter        time.Duration
 	live               *saga.Liveness
-	inboxes            []*outbox.Inbox
+	inboxes            []*inbox.Inbox
 	mu                 sync.Mutex
 	waiters            map[string]*waiter // trip id -> closed at its next status change
 	// notified counts settled-trip notifications received from other
@@ -161,6 +165,7 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.uow = outbox.UnitOfWork{Pool: cfg.Pool, Relay: s.relay}
 	mc := provider.Mail(cfg.MailURL)
 	s.live = saga.NewLiveness(cfg.Pool, "trips", cfg.Instance, cfg.Logger)
 	s.mail, err = saga.New(saga.Config{
@@ -194,7 +199,7 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	metrics, err := outbox.NewInboxMetrics(cfg.Registerer)
+	metrics, err := inbox.NewMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
@@ -202,9 +207,9 @@ func New(cfg Config) (*Service, error) {
 	// process's STEPS: a trip keeps the steps it started with.
 	projection, _ := events.ProjectionAnyVersion("trips")
 	for stream, filters := range events.Full().Streams(projection.Consumes) {
-		in, err := outbox.NewInbox(outbox.InboxConfig{
+		in, err := inbox.New(inbox.Config{
 			Name: "trips", Stream: stream, FilterSubjects: filters, Types: projection.Consumes,
-			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: s.project, BatchApply: outbox.HandlerBatch(s.project),
+			Pool: cfg.Pool, JetStream: cfg.JetStream, Handler: s.project, BatchApply: inbox.HandlerBatch(s.project),
 			Relay: s.relay, Logger: cfg.Logger, Metrics: metrics,
 		})
 		if err != nil {
@@ -218,7 +223,7 @@ func New(cfg Config) (*Service, error) {
 	// service mails the traveler a correction (correction.go).
 	op, err := saga.NewOperatorInbox(saga.OperatorInboxConfig{
 		Service: "trips", Catalogue: s.cfg.Catalogue, Runners: []*saga.Runner{s.mail, s.travelerMail, s.notice, s.correction},
-		Inboxes: func() []*outbox.Inbox { return s.inboxes },
+		Inboxes: func() []*inbox.Inbox { return s.inboxes },
 		Pool:    cfg.Pool, JetStream: cfg.JetStream, Relay: s.relay, Logger: cfg.Logger, Metrics: metrics,
 		Observe: s.observeAction,
 	})
@@ -271,14 +276,14 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 }
 
 // Check returns an error when one of the service's inboxes has stalled
-// (see outbox.Inbox.Check); for readiness.
+// (see inbox.Inbox.Check); for readiness.
 func (s *Service) Check(ctx context.Context) error {
-	return outbox.CheckAll(ctx, s.inboxes...)
+	return inbox.CheckAll(ctx, s.inboxes...)
 }
 
 // Inboxes returns the service's inboxes, for readiness
 // (app.Process.AddInboxes).
-func (s *Service) Inboxes() []*outbox.Inbox { return s.inboxes }
+func (s *Service) Inboxes() []*inbox.Inbox { return s.inboxes }
 
 // project applies one step event to its trip, inside the inbox transaction.
 func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
@@ -298,7 +303,7 @@ func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	// returns the row; the status is written only when it changes.
 	row, err := queries.TripSeeEvent(ctx, tx, dbsqlc.TripSeeEventParams{TripID: e.Subject(), Kind: kind, Reason: reason})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: no trip %q", outbox.ErrPermanent, e.Subject())
+		return fmt.Errorf("%w: no trip %q", inbox.ErrPermanent, e.Subject())
 	}
 	if err != nil {
 		return err
@@ -480,7 +485,7 @@ func (s *Service) requestMail(ctx context.Context, tx pgx.Tx, e event.Event) err
 		return err
 	}
 	if d.TripID != e.Subject() || d.Traveler.Email == "" {
-		return fmt.Errorf("%w: %s without trip or traveler", outbox.ErrPermanent, e.Type())
+		return fmt.Errorf("%w: %s without trip or traveler", inbox.ErrPermanent, e.Type())
 	}
 	trip, name, reason := oneLine(d.TripID), oneLine(d.Traveler.Name), oneLine(d.Reason)
 	subject, text := "Your trip "+trip+" is confirmed", "Hello "+name+",\n\nyour room, payment and car are all booked. Have a good weekend!\n"
@@ -580,20 +585,22 @@ func (s *Service) create(ctx context.Context, key string, req events.TripRequest
 	}
 	id := "T-" + ulid.Make().String()
 	body, _ := json.Marshal(req)
-	tx, err := s.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return dbsqlc.Trip{}, err
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	ctx, committed := outbox.WithAfterCommit(ctx, s.relay)
-	// The insert comes first and the key's unique index decides: a new key
-	// costs no read, and of two POSTs racing with one key one inserts.
 	// The trip keeps the saga order it starts under (its version,
 	// events.VersionExtension), whatever STEPS this service runs later.
 	version := s.cfg.Catalogue.Version()
-	row, err := queries.TripInsert(ctx, tx, dbsqlc.TripInsertParams{TripID: id, IdempotencyKey: keyp, Fingerprint: fp, Request: body, Version: version})
+	var row dbsqlc.Trip
+	err := s.uow.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		// The insert comes first and the key's unique index decides: a new
+		// key costs no read, and of two POSTs racing with one key one
+		// inserts.
+		var err error
+		row, err = queries.TripInsert(ctx, tx, dbsqlc.TripInsertParams{TripID: id, IdempotencyKey: keyp, Fingerprint: fp, Request: body, Version: version})
+		if err != nil {
+			return err // pgx.ErrNoRows: the key has its trip already
+		}
+		return publish(ctx, tx, events.TripRequested, id, version, events.TripRequestedData{TripID: id, Request: req})
+	})
 	if errors.Is(err, pgx.ErrNoRows) { // the key has its trip already
-		_ = tx.Rollback(ctx)
 		row, err := queries.TripGetByIdempotencyKey(ctx, s.cfg.Pool, keyp)
 		if err != nil {
 			return row, err
@@ -606,26 +613,19 @@ func (s *Service) create(ctx context.Context, key string, req events.TripRequest
 	if err != nil {
 		return dbsqlc.Trip{}, err
 	}
-	if err := publishAndCommit(ctx, tx, events.TripRequested, id, version, events.TripRequestedData{TripID: id, Request: req}); err != nil {
-		return dbsqlc.Trip{}, err
-	}
-	committed()
 	return row, nil
 }
 
-// publishAndCommit writes the trips service's event of type typ about
-// trip (data as its data) to the outbox in tx and commits tx: the state
-// change and its event in one transaction.
-func publishAndCommit(ctx context.Context, tx pgx.Tx, typ, trip, version string, data any) error {
+// publish writes the trips service's event of type typ about trip (data
+// as its data, version the trip's) to the outbox in tx: the state change
+// and its event in one transaction.
+func publish(ctx context.Context, tx pgx.Tx, typ, trip, version string, data any) error {
 	ev, err := events.New(events.Source("trips"), typ, trip, data)
 	if err != nil {
 		return err
 	}
 	events.SetVersion(&ev, version) // the trip's, events.VersionExtension
-	if err := outbox.Write(ctx, tx, ev); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
+	return outbox.Write(ctx, tx, ev)
 }
 
 // waitSettled waits up to d for the trip to reach a final status, woken by

@@ -1,4 +1,4 @@
-package outbox
+package inbox
 
 import (
 	"context"
@@ -130,9 +130,9 @@ func TestInboxConsumerLost(t *testing.T) {
 	effect, effects := effectsTable(t, b)
 	logs := &errorLog{}
 	reg := prometheus.NewRegistry()
-	metrics, err := NewInboxMetrics(reg)
+	metrics, err := NewMetrics(reg)
 	require.NoError(t, err)
-	in, err := NewInbox(InboxConfig{
+	in, err := New(Config{
 		Name: "lost", Stream: events.StreamHotel, FilterSubjects: []string{"hotel.held.>"},
 		Types: []string{events.HotelHeld}, Pool: b.pool, JetStream: b.js,
 		Handler: effect, BatchApply: HandlerBatch(effect), BatchSize: 16,
@@ -231,7 +231,7 @@ func TestInboxConsumerThatWouldSkipIsRecreated(t *testing.T) {
 	})
 	require.NoError(t, err)
 	logs := &errorLog{}
-	in, err := NewInbox(InboxConfig{
+	in, err := New(Config{
 		Name: "skip", Stream: events.StreamHotel, FilterSubjects: []string{"hotel.held.>"},
 		Types: []string{events.HotelHeld}, Pool: b.pool, JetStream: b.js, Handler: effect, Logger: slog.New(logs),
 	})
@@ -251,7 +251,7 @@ func TestInboxStartSeq(t *testing.T) {
 	for i := range 10 {
 		publishEvent(t, b.js, newEvent(t, fmt.Sprintf("T-%d", i)))
 	}
-	in, err := NewInbox(InboxConfig{
+	in, err := New(Config{
 		Name: "start", Stream: events.StreamHotel, FilterSubjects: []string{"hotel.held.>"},
 		Types: []string{events.HotelHeld}, Pool: b.pool, JetStream: b.js, Handler: effect,
 	})
@@ -287,9 +287,9 @@ func TestInboxNATSRestartIsNotALoss(t *testing.T) {
 	b := &bundle{pool: pool, js: js, nc: nc}
 	effect, effects := effectsTable(t, b)
 	reg := prometheus.NewRegistry()
-	metrics, err := NewInboxMetrics(reg)
+	metrics, err := NewMetrics(reg)
 	require.NoError(t, err)
-	in, err := NewInbox(InboxConfig{
+	in, err := New(Config{
 		Name: "restart", Stream: events.StreamHotel, FilterSubjects: []string{"hotel.held.>"},
 		Types: []string{events.HotelHeld}, Pool: pool, JetStream: js, Handler: effect,
 		Metrics: metrics, WatchInterval: 50 * time.Millisecond,

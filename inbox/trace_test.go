@@ -1,4 +1,4 @@
-package outbox
+package inbox
 
 import (
 	"context"
@@ -16,9 +16,10 @@ import (
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/internal/tracing"
+	"github.com/tripsaga/tripsaga/outbox"
 )
 
-// Tracing (issue 10, item 2) through the outbox: Write stamps each event
+// Tracing (issue 10, item 2) through the outbox: outbox.Write stamps each event
 // with its span (ce-traceparent), the batch relay and the local publish
 // are spans of that trace, and in batch mode each event handled is a span
 // of its own, the child of its own producer, whose context the events its
@@ -52,31 +53,31 @@ func TestTraceContextThroughTheOutbox(t *testing.T) {
 	// the batch relay before any consumer runs, so the inbox takes them in
 	// batches.
 	const n = 10
-	producers := map[string]trace.SpanContext{} // trip -> its Write span
+	producers := map[string]trace.SpanContext{} // trip -> its outbox.Write span
 	for i := range n {
 		trip := fmt.Sprintf("T-tr%d", i)
 		pctx, root := tracing.Start(ctx, "producer "+trip, trace.SpanKindInternal)
 		e := newEvent(t, trip)
 		tx, err := b.pool.Begin(pctx)
 		require.NoError(t, err)
-		require.NoError(t, Write(pctx, tx, e))
+		require.NoError(t, outbox.Write(pctx, tx, e))
 		require.NoError(t, tx.Commit(pctx))
 		root.End()
 		require.Empty(t, e.Extensions(), "the caller's event is left as it was")
 		for _, s := range spansNamed("outbox write " + events.HotelHeld) {
 			if attr(s, "tripsaga.trip_id") == trip {
-				require.Equal(t, root.SpanContext().SpanID(), s.Parent.SpanID(), "Write is a child of the caller's span")
+				require.Equal(t, root.SpanContext().SpanID(), s.Parent.SpanID(), "outbox.Write is a child of the caller's span")
 				producers[trip] = s.SpanContext
 			}
 		}
-		require.True(t, producers[trip].IsValid(), "the Write span of %s", trip)
+		require.True(t, producers[trip].IsValid(), "the outbox.Write span of %s", trip)
 	}
-	r, err := NewRelay(RelayConfig{Pool: b.pool, JetStream: b.js})
+	r, err := outbox.NewRelay(outbox.RelayConfig{Pool: b.pool, JetStream: b.js})
 	require.NoError(t, err)
 	drain(t, r)
 	for _, s := range spansNamed("outbox publish hotel.held.T-tr3") {
 		require.Equal(t, "batch", attr(s, "tripsaga.relay.mode"))
-		require.Equal(t, producers["T-tr3"].SpanID(), s.Parent.SpanID(), "the batch relay's publish is a child of the event's Write")
+		require.Equal(t, producers["T-tr3"].SpanID(), s.Parent.SpanID(), "the batch relay's publish is a child of the event's outbox.Write")
 	}
 	require.Len(t, spansNamed("outbox publish hotel.held.T-tr3"), 1)
 
@@ -86,9 +87,9 @@ func TestTraceContextThroughTheOutbox(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return Write(ctx, tx, out)
+		return outbox.Write(ctx, tx, out)
 	}
-	in, err := NewInbox(InboxConfig{
+	in, err := New(Config{
 		Name: "traced", Stream: events.StreamHotel, FilterSubjects: []string{"hotel.held.>"},
 		Types: []string{events.HotelHeld}, Pool: b.pool, JetStream: b.js, Handler: handler, BatchApply: HandlerBatch(handler),
 		Concurrency: 1, BatchSize: 64,
@@ -111,7 +112,7 @@ func TestTraceContextThroughTheOutbox(t *testing.T) {
 		require.Equal(t, "handled", attr(s, "tripsaga.outcome"))
 		batched = batched || attr(s, "messaging.batch.message_count") > "1"
 
-		// The event the handler wrote carries the context of its Write, a
+		// The event the handler wrote carries the context of its outbox.Write, a
 		// child of the consume span.
 		var tp string
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT headers->>'ce-traceparent' FROM outbox WHERE nats_subject = $1", "payment.charged."+trip).Scan(&tp))
@@ -121,25 +122,25 @@ func TestTraceContextThroughTheOutbox(t *testing.T) {
 				w = ws
 			}
 		}
-		require.Equal(t, s.SpanContext.SpanID(), w.Parent.SpanID(), "%s: the handler's Write is a child of the consume span", trip)
+		require.Equal(t, s.SpanContext.SpanID(), w.Parent.SpanID(), "%s: the handler's outbox.Write is a child of the consume span", trip)
 		require.Equal(t, fmt.Sprintf("00-%s-%s-01", p.TraceID(), w.SpanContext.SpanID()), tp, trip)
 	}
 	require.True(t, batched, "events were handled in batches")
 
 	// The local publish right after the commit is a span of the trace too.
-	lr, err := NewRelay(RelayConfig{Pool: b.pool, JetStream: b.js, PollInterval: time.Hour, LocalGrace: 50 * time.Second})
+	lr, err := outbox.NewRelay(outbox.RelayConfig{Pool: b.pool, JetStream: b.js, PollInterval: time.Hour, LocalGrace: 50 * time.Second})
 	require.NoError(t, err)
 	lctx, lcancel := context.WithCancel(ctx)
 	ldone := make(chan struct{})
 	go func() { _ = lr.Run(lctx); close(ldone) }()
 	defer func() { lcancel(); <-ldone }()
-	testenv.Eventually(t, lr.running.Load, "relay running")
+	testenv.Eventually(t, lr.Running, "relay running")
 	pctx, root := tracing.Start(ctx, "producer local", trace.SpanKindInternal)
 	tx, err := b.pool.Begin(pctx)
 	require.NoError(t, err)
-	wctx, committed := WithAfterCommit(pctx, lr)
+	wctx, committed := outbox.WithAfterCommit(pctx, lr)
 	e := newEvent(t, "T-local")
-	require.NoError(t, Write(wctx, tx, e))
+	require.NoError(t, outbox.Write(wctx, tx, e))
 	require.NoError(t, tx.Commit(pctx))
 	committed()
 	root.End()

@@ -1,4 +1,4 @@
-package outbox
+package inbox
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tripsaga/tripsaga/outbox/internal/dbsqlc"
+	dbsqlc "github.com/tripsaga/tripsaga/inbox/internal/dbsqlc"
 )
 
 func (in *Inbox) prefetch() int {

@@ -1,4 +1,4 @@
-package outbox
+package inbox
 
 import (
 	"context"
@@ -12,13 +12,13 @@ import (
 // ErrStalled is returned by [Inbox.Check] when the consumer has messages
 // waiting but none arrived for a while: a pull consumer can stall silently
 // after a reconnect or leader change (nats.go #1729).
-var ErrStalled = errors.New("outbox: inbox consumer stalled")
+var ErrStalled = errors.New("inbox: consumer stalled")
 
 // ErrStreamMissing is returned by [Inbox.Check] when the inbox's stream
 // does not exist: not created yet by the service that owns it (each
 // service's NATS identity may create only its own, internal/natsauth), or
 // deleted. [Inbox.Run] waits for it and consumes once it appears.
-var ErrStreamMissing = errors.New("outbox: the inbox's stream does not exist")
+var ErrStreamMissing = errors.New("inbox: the stream does not exist")
 
 // CheckAll runs [Readiness] on the inboxes and returns its error: the
 // first inbox that fails readiness.
@@ -27,11 +27,11 @@ func CheckAll(ctx context.Context, inboxes ...*Inbox) error {
 	return err
 }
 
-// InboxWait is an inbox that is not consuming, or not well, without
+// Wait is an inbox that is not consuming, or not well, without
 // failing readiness: its stream does not exist (yet), or it is
-// [InboxConfig.Optional].
-type InboxWait struct {
-	Consumer string // the durable consumer's name (InboxConfig.Name)
+// [Config.Optional].
+type Wait struct {
+	Consumer string // the durable consumer's name (Config.Name)
 	Stream   string
 	// Err is what [Inbox.Check] said; it wraps [ErrStreamMissing] when
 	// the stream does not exist.
@@ -47,13 +47,13 @@ type InboxWait struct {
 // are in waits, one each, in the order given, so that processes may start
 // in any order and a lost stream another service owns makes no process
 // unready while it is gone.
-func Readiness(ctx context.Context, inboxes ...*Inbox) (waits []InboxWait, err error) {
+func Readiness(ctx context.Context, inboxes ...*Inbox) (waits []Wait, err error) {
 	for _, in := range inboxes {
 		cerr := in.Check(ctx)
 		switch {
 		case cerr == nil:
 		case in.cfg.Optional || errors.Is(cerr, ErrStreamMissing):
-			waits = append(waits, InboxWait{Consumer: in.cfg.Name, Stream: in.cfg.Stream, Err: cerr})
+			waits = append(waits, Wait{Consumer: in.cfg.Name, Stream: in.cfg.Stream, Err: cerr})
 		case err == nil:
 			err = cerr
 		}

@@ -1,4 +1,4 @@
-package outbox
+package inbox
 
 import (
 	"context"
@@ -63,7 +63,7 @@ func TestInboxBatch(t *testing.T) {
 			publish(e, "again") // the same event once more
 		}
 	}
-	in, err := NewInbox(InboxConfig{
+	in, err := New(Config{
 		Name: "batch", Stream: events.StreamHotel, FilterSubjects: []string{"hotel.held.>"},
 		Types: []string{events.HotelHeld}, Pool: b.pool, JetStream: b.js, Handler: effect, BatchApply: batch,
 		Concurrency: 1, BatchSize: 64, MaxDeliver: 3,

@@ -1,4 +1,4 @@
-package outbox
+package inbox
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/outbox/internal/dbsqlc"
+	dbsqlc "github.com/tripsaga/tripsaga/inbox/internal/dbsqlc"
 )
 
 // Name returns the inbox's durable consumer name (its dedup scope).

@@ -1,4 +1,4 @@
-package outbox
+package inbox
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func TestReadinessOfInboxes(t *testing.T) {
 	pool, _ := testenv.SchemaPool(t, "svc", tripsql.SetSaga)
 	require.NoError(t, js.DeleteStream(ctx, events.StreamPayment))
 	inbox := func(stream, filter, typ string, optional bool) *Inbox {
-		in, err := NewInbox(InboxConfig{
+		in, err := New(Config{
 			Name: "car", Stream: stream, FilterSubjects: []string{filter}, Types: []string{typ},
 			Pool: pool, JetStream: js, Optional: optional,
 			Handler: func(context.Context, pgx.Tx, event.Event) error { return nil },

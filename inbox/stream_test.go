@@ -1,4 +1,4 @@
-package outbox
+package inbox
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox/internal/dbsqlc"
 	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
-	"github.com/tripsaga/tripsaga/outbox/internal/dbsqlc"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
@@ -97,9 +97,9 @@ func TestInboxStreamDeletedAndMadeAgain(t *testing.T) {
 	ctx := context.Background()
 	effect, effects := effectsTable(t, b)
 	newInbox := func(logs *errorLog, reg *prometheus.Registry) *Inbox {
-		metrics, err := NewInboxMetrics(reg)
+		metrics, err := NewMetrics(reg)
 		require.NoError(t, err)
-		in, err := NewInbox(InboxConfig{
+		in, err := New(Config{
 			Name: "car", Stream: events.StreamHotel, FilterSubjects: []string{"hotel.held.>"},
 			Types: []string{events.HotelHeld}, Pool: b.pool, JetStream: b.js,
 			Handler: effect, BatchApply: HandlerBatch(effect), BatchSize: 16,
@@ -161,10 +161,10 @@ func TestInboxStreamReplacedUnderTwoReplicas(t *testing.T) {
 	ctx := context.Background()
 	effect, effects := effectsTable(t, b)
 	reg := prometheus.NewRegistry()
-	metrics, err := NewInboxMetrics(reg)
+	metrics, err := NewMetrics(reg)
 	require.NoError(t, err)
 	for range 2 {
-		in, err := NewInbox(InboxConfig{
+		in, err := New(Config{
 			Name: "pair", Stream: events.StreamHotel, FilterSubjects: []string{"hotel.held.>"},
 			Types: []string{events.HotelHeld}, Pool: b.pool, JetStream: b.js, Handler: effect,
 			Logger: slog.New(&errorLog{}), Metrics: metrics, WatchInterval: 50 * time.Millisecond,
@@ -205,9 +205,9 @@ func TestInboxPurgeAndAgingAreNotANewStream(t *testing.T) {
 	ctx := context.Background()
 	effect, effects := effectsTable(t, b)
 	reg := prometheus.NewRegistry()
-	metrics, err := NewInboxMetrics(reg)
+	metrics, err := NewMetrics(reg)
 	require.NoError(t, err)
-	in, err := NewInbox(InboxConfig{
+	in, err := New(Config{
 		Name: "purge", Stream: events.StreamHotel, FilterSubjects: []string{"hotel.held.>"},
 		Types: []string{events.HotelHeld}, Pool: b.pool, JetStream: b.js, Handler: effect,
 		Metrics: metrics, WatchInterval: 50 * time.Millisecond,
@@ -260,9 +260,9 @@ func TestInboxEmptyStoreSwappedIn(t *testing.T) {
 	b := &bundle{pool: pool, js: js, nc: nc}
 	effect, effects := effectsTable(t, b)
 	reg := prometheus.NewRegistry()
-	metrics, err := NewInboxMetrics(reg)
+	metrics, err := NewMetrics(reg)
 	require.NoError(t, err)
-	in, err := NewInbox(InboxConfig{
+	in, err := New(Config{
 		Name: "swap", Stream: events.StreamHotel, FilterSubjects: []string{"hotel.held.>"},
 		Types: []string{events.HotelHeld}, Pool: pool, JetStream: js, Handler: effect,
 		Metrics: metrics, WatchInterval: 50 * time.Millisecond,
@@ -321,7 +321,7 @@ func TestInboxJudgeStream(t *testing.T) {
 		{"restored from an older store", st(created, 1, 42), row(40, 1, 45, &rec), 0, true},
 		{"legacy row, stream ends before the floor", st(created, 1, 30), row(40, 0, 0, nil), 0, true},
 	} {
-		in := &Inbox{cfg: InboxConfig{Name: "judge", Stream: events.StreamHotel}}
+		in := &Inbox{cfg: Config{Name: "judge", Stream: events.StreamHotel}}
 		pos, why := in.judge(tc.st, tc.row)
 		require.Equal(t, tc.pos, pos, tc.name)
 		require.Equal(t, tc.another, why != "", "%s: %s", tc.name, why)

@@ -1,4 +1,4 @@
-package outbox
+package inbox
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/fault"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/outbox"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
@@ -40,9 +41,9 @@ func TestFaultPointsOfTheBatchPaths(t *testing.T) {
 		}
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
-		require.NoError(t, Write(ctx, tx, evs...)) // no local publish: the batch claims them
+		require.NoError(t, outbox.Write(ctx, tx, evs...)) // no local publish: the batch claims them
 		require.NoError(t, tx.Commit(ctx))
-		r, err := NewRelay(RelayConfig{Pool: pool, JetStream: js, PollInterval: 50 * time.Millisecond})
+		r, err := outbox.NewRelay(outbox.RelayConfig{Pool: pool, JetStream: js, PollInterval: 50 * time.Millisecond})
 		require.NoError(t, err)
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -83,7 +84,7 @@ func TestFaultPointsOfTheBatchPaths(t *testing.T) {
 			require.NoError(t, err)
 		}
 		var batched int
-		in, err := NewInbox(InboxConfig{
+		in, err := New(Config{
 			Name: "hotel", Stream: events.StreamHotel, FilterSubjects: []string{"hotel.held.>"},
 			Types: []string{events.HotelHeld}, Pool: b.pool, JetStream: b.js, Handler: effect,
 			BatchApply: func(ctx context.Context, tx pgx.Tx, consumer string, ds []Delivery) error {

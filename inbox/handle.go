@@ -1,4 +1,4 @@
-package outbox
+package inbox
 
 import (
 	"context"
@@ -17,9 +17,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tripsaga/tripsaga/events"
+	dbsqlc "github.com/tripsaga/tripsaga/inbox/internal/dbsqlc"
 	"github.com/tripsaga/tripsaga/internal/fault"
 	"github.com/tripsaga/tripsaga/internal/tracing"
-	"github.com/tripsaga/tripsaga/outbox/internal/dbsqlc"
 )
 
 // handle never panics and never blocks the stream: every message ends
@@ -155,60 +155,42 @@ func (in *Inbox) applyBatch(ctx context.Context, ds []Delivery) (err error) {
 		in.cfg.BatchLock.Lock()
 		defer in.cfg.BatchLock.Unlock()
 	}
-	tx, err := in.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	ctx, committed := WithAfterCommit(ctx, in.cfg.Relay)
-	func() {
+	return in.uow.InTx(ctx, func(ctx context.Context, tx pgx.Tx) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
 				err = fmt.Errorf("batch handler panic: %v\n%s", r, debug.Stack())
 			}
 		}()
-		err = in.cfg.BatchApply(ctx, tx, in.cfg.Name, ds)
-	}()
-	if err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	committed()
-	return nil
+		return in.cfg.BatchApply(ctx, tx, in.cfg.Name, ds)
+	})
 }
 
 // process runs the handler and the inbox insert in one transaction. A
 // panic in the handler becomes an error.
 func (in *Inbox) process(ctx context.Context, e event.Event, md *jetstream.MsgMetadata) (dup bool, err error) {
-	tx, err := in.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	ctx, committed := WithAfterCommit(ctx, in.cfg.Relay)
-	n, err := queries.InboxInsertIfAbsent(ctx, tx, dbsqlc.InboxInsertIfAbsentParams{
-		Consumer: in.cfg.Name, Source: e.Source(), EventID: e.ID(), CeType: e.Type(),
-		Stream: md.Stream, StreamSeq: int64(md.Sequence.Stream),
+	// A COMMIT whose answer is lost may have committed (pgx #2110): a
+	// redelivery finds the inbox row if so.
+	err = in.uow.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		n, err := queries.InboxInsertIfAbsent(ctx, tx, dbsqlc.InboxInsertIfAbsentParams{
+			Consumer: in.cfg.Name, Source: e.Source(), EventID: e.ID(), CeType: e.Type(),
+			Stream: md.Stream, StreamSeq: int64(md.Sequence.Stream),
+		})
+		if err != nil {
+			return fmt.Errorf("inbox insert: %w", err)
+		}
+		if n == 0 {
+			return errDuplicate
+		}
+		return in.safeHandle(ctx, tx, e)
 	})
-	if err != nil {
-		return false, fmt.Errorf("inbox insert: %w", err)
-	}
-	if n == 0 {
+	if errors.Is(err, errDuplicate) {
 		return true, nil
 	}
-	if err := in.safeHandle(ctx, tx, e); err != nil {
-		return false, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		// It may have committed (pgx #2110); a redelivery finds the inbox
-		// row if so.
-		return false, fmt.Errorf("commit: %w", err)
-	}
-	committed()
-	return false, nil
+	return false, err
 }
+
+// errDuplicate rolls back process's transaction: the inbox has the event.
+var errDuplicate = errors.New("inbox: the event was handled before")
 
 func (in *Inbox) safeHandle(ctx context.Context, tx pgx.Tx, e event.Event) (err error) {
 	defer func() {

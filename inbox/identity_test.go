@@ -1,4 +1,4 @@
-package outbox
+package inbox
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func TestInboxAsItsIdentityWaitsForAStreamNotYetCreated(t *testing.T) {
 
 	var mu sync.Mutex
 	var got []string
-	in, err := NewInbox(InboxConfig{
+	in, err := New(Config{
 		Name: "car", Stream: events.StreamPayment, FilterSubjects: []string{"payment.charged.>"},
 		Types: []string{events.PaymentCharged}, Pool: pool, JetStream: carJS,
 		Handler: func(_ context.Context, _ pgx.Tx, e event.Event) error {

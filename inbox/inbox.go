@@ -1,4 +1,4 @@
-package outbox
+package inbox
 
 import (
 	"context"
@@ -15,21 +15,24 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
+
+	dbsqlc "github.com/tripsaga/tripsaga/inbox/internal/dbsqlc"
+	"github.com/tripsaga/tripsaga/outbox"
 )
 
 // Inbox defaults.
 const (
-	InboxMaxDeliverDefault  = 25
-	InboxAckWaitDefault     = 5 * time.Second
-	InboxConcurrencyDefault = 4
-	InboxBackoffMaxDefault  = 15 * time.Second
+	MaxDeliverDefault  = 25
+	AckWaitDefault     = 5 * time.Second
+	ConcurrencyDefault = 4
+	BackoffMaxDefault  = 15 * time.Second
 )
 
 // ErrPermanent marks a handler error that no retry can cure (a payload the
 // handler cannot use): the event is parked at once. Wrap it:
-// fmt.Errorf("%w: no trip id", outbox.ErrPermanent). Errors wrapping
+// fmt.Errorf("%w: no trip id", inbox.ErrPermanent). Errors wrapping
 // events.ErrInvalidEvent or events.ErrUnknownType are treated the same.
-var ErrPermanent = errors.New("outbox: permanent handler error")
+var ErrPermanent = errors.New("inbox: permanent handler error")
 
 // HandlerFunc handles one event inside tx, the transaction that also
 // records the event in the inbox. Return nil to commit and ack; an error
@@ -59,11 +62,11 @@ func (d Delivery) Context(ctx context.Context) context.Context {
 }
 
 // BatchFunc applies deliveries of one stream inside tx; see
-// InboxConfig.BatchApply.
+// Config.BatchApply.
 type BatchFunc func(ctx context.Context, tx pgx.Tx, consumer string, ds []Delivery) error
 
-// InboxConfig configures an [Inbox].
-type InboxConfig struct {
+// Config configures an [Inbox].
+type Config struct {
 	// Name is the durable consumer name and the inbox's dedup scope.
 	// Required.
 	Name string
@@ -85,8 +88,8 @@ type InboxConfig struct {
 	OnCommitted func(e event.Event)
 	// Relay, when set, is the process's relay: events the handler writes
 	// (Write) are published by it right after the commit, and functions
-	// registered with AfterCommit run then (see WithAfterCommit).
-	Relay *Relay
+	// registered with AfterCommit run then (see outbox.WithAfterCommit).
+	Relay *outbox.Relay
 	// MaxDeliver: at this delivery a still-failing event is parked, if
 	// PostgreSQL answers (the failure is the handler's, not an outage's).
 	// Defaults to 25. The consumer itself is created with MaxDeliver -1,
@@ -120,7 +123,7 @@ type InboxConfig struct {
 	Logger *slog.Logger
 	// Metrics, when set, counts handled, duplicate, retried and parked
 	// events, and consumers found lost.
-	Metrics *InboxMetrics
+	Metrics *Metrics
 	// WatchInterval is how often the inbox reads its consumer's info: to
 	// notice that the consumer was deleted or replaced (see [Inbox.Run])
 	// and to record its ack floor in inbox_position. Defaults to 2 s.
@@ -132,18 +135,18 @@ type InboxConfig struct {
 	Optional bool
 }
 
-func (c *InboxConfig) setDefaults() {
+func (c *Config) setDefaults() {
 	if c.MaxDeliver == 0 {
-		c.MaxDeliver = InboxMaxDeliverDefault
+		c.MaxDeliver = MaxDeliverDefault
 	}
 	if c.AckWait == 0 {
-		c.AckWait = InboxAckWaitDefault
+		c.AckWait = AckWaitDefault
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = InboxConcurrencyDefault
+		c.Concurrency = ConcurrencyDefault
 	}
 	if c.BackoffMax == 0 {
-		c.BackoffMax = InboxBackoffMaxDefault
+		c.BackoffMax = BackoffMaxDefault
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 256
@@ -156,7 +159,7 @@ func (c *InboxConfig) setDefaults() {
 	}
 }
 
-func (c *InboxConfig) validate() error {
+func (c *Config) validate() error {
 	switch {
 	case c.Name == "":
 		return fmt.Errorf("%w: Name is required", ErrInvalidConfig)
@@ -179,9 +182,12 @@ func (c *InboxConfig) validate() error {
 // at-least-once; the inbox makes the effect exactly-once. Events are
 // handled concurrently and in no guaranteed order.
 type Inbox struct {
-	cfg   InboxConfig
+	cfg   Config
 	types map[string]bool
-	cons  atomic.Pointer[jetstream.Consumer]
+	// uow runs each event's (or batch's) transaction: inbox rows, effect,
+	// and the relay's publish of what the handler wrote, after its commit.
+	uow  outbox.UnitOfWork
+	cons atomic.Pointer[jetstream.Consumer]
 	// lastSeen is when a message last arrived (unix ns).
 	lastSeen atomic.Int64
 	// created is the creation time (unix ns) of the consumer consumed.
@@ -201,14 +207,14 @@ type Inbox struct {
 	noticed atomic.Bool
 }
 
-// NewInbox returns an inbox; it returns an error wrapping
+// New returns an inbox; it returns an error wrapping
 // [ErrInvalidConfig] for a bad cfg.
-func NewInbox(cfg InboxConfig) (*Inbox, error) {
+func New(cfg Config) (*Inbox, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	in := &Inbox{cfg: cfg, types: map[string]bool{}}
+	in := &Inbox{cfg: cfg, types: map[string]bool{}, uow: outbox.UnitOfWork{Pool: cfg.Pool, Relay: cfg.Relay}}
 	for _, t := range cfg.Types {
 		in.types[t] = true
 	}
@@ -320,3 +326,9 @@ func (in *Inbox) Run(ctx context.Context) error {
 // waits between two looks for it (200 ms doubling): a stream that appears
 // is consumed within it.
 const StreamWaitMax = 2 * time.Second
+
+// queries are the inbox's generated queries (sql/queries/inbox, sqlc).
+var queries = dbsqlc.New() //nolint:gochecknoglobals // stateless
+
+// ErrInvalidConfig is wrapped by [New] given a bad [Config].
+var ErrInvalidConfig = errors.New("inbox: invalid config")

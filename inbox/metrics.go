@@ -1,4 +1,4 @@
-package outbox
+package inbox
 
 import (
 	"fmt"
@@ -6,8 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// InboxMetrics are shared by all inboxes of a process.
-type InboxMetrics struct {
+// Metrics are shared by all inboxes of a process.
+type Metrics struct {
 	events *prometheus.CounterVec
 	lost   *prometheus.CounterVec
 }
@@ -40,11 +40,11 @@ const (
 	LostStreamReplaced = "stream_replaced"
 )
 
-// NewInboxMetrics registers the inbox counters on reg:
+// NewMetrics registers the inbox counters on reg:
 // tripsaga_inbox_events_total{consumer,outcome} and
 // tripsaga_inbox_consumer_lost_total{consumer,stream,reason}.
-func NewInboxMetrics(reg prometheus.Registerer) (*InboxMetrics, error) {
-	m := &InboxMetrics{events: prometheus.NewCounterVec(prometheus.CounterOpts{
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{events: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tripsaga_inbox_events_total",
 		Help: "Events seen by inbox consumers, by outcome (handled, duplicate, retried, parked).",
 	}, []string{"consumer", "outcome"}),
@@ -62,13 +62,13 @@ func NewInboxMetrics(reg prometheus.Registerer) (*InboxMetrics, error) {
 	return m, nil
 }
 
-func (m *InboxMetrics) incLost(consumer, stream, reason string) {
+func (m *Metrics) incLost(consumer, stream, reason string) {
 	if m != nil {
 		m.lost.WithLabelValues(consumer, stream, reason).Inc()
 	}
 }
 
-func (m *InboxMetrics) inc(consumer, outcome string) {
+func (m *Metrics) inc(consumer, outcome string) {
 	if m != nil {
 		m.events.WithLabelValues(consumer, outcome).Inc()
 	}
