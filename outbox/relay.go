@@ -101,10 +101,6 @@ type RelayConfig struct {
 	// subject none of its streams holds is refused at Write, since
 	// JetStream would refuse it for ever. Defaults to events.Full().
 	Catalogue events.Catalogue
-
-	// beforeMark, in tests, runs after publishing and before marking rows;
-	// an error aborts the transaction as a crash there would.
-	beforeMark func() error
 }
 
 func (c *RelayConfig) setDefaults() {

@@ -148,11 +148,6 @@ func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 		outage.Causes = append(outage.Causes, string(c))
 		outage.Errors = append(outage.Errors, p.err.Error())
 	}
-	if r.cfg.beforeMark != nil {
-		if err := r.cfg.beforeMark(); err != nil {
-			return 0, err
-		}
-	}
 	if err := fault.HitAny(ctx, fault.At(r.service(), "relay", fault.AfterPublish), len(ps), func(i int) string { return fault.TripOfSubject(ps[i].row.NatsSubject) }); err != nil {
 		return 0, err
 	}

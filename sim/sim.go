@@ -39,6 +39,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -77,10 +78,16 @@ type Simulators struct {
 	closed bool
 	wg     sync.WaitGroup // late commits in flight
 
-	// onLateCommit, when set (tests only, before serving), is called after
-	// each commit_late operation has been performed.
-	onLateCommit func(company, key string, status int)
+	// lateCommits counts the commit_late operations performed (see
+	// [Simulators.LateCommits]).
+	lateCommits atomic.Int64
 }
+
+// LateCommits returns how many commit_late operations (providers.md: the
+// company commits after the caller gave up) have been performed so far,
+// by every company: a late commit changes nothing a caller can read when
+// it replays an answer already given, so this is how to know it happened.
+func (s *Simulators) LateCommits() int64 { return s.lateCommits.Load() }
 
 // New migrates the five company schemas (sim_hotel, sim_payments, sim_cars,
 // sim_mail, sim_insurer) in cfg.DatabaseURL, opens one connection pool per company and
