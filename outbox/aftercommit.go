@@ -56,11 +56,19 @@ func AfterCommit(ctx context.Context, f func()) bool {
 // localRelay returns the running relay that publishes ctx's events after
 // its commit, or nil.
 func localRelay(ctx context.Context) *Relay {
-	ac, ok := ctx.Value(afterCommitKey{}).(*afterCommit)
-	if !ok || ac.relay == nil || !ac.relay.running.Load() {
-		return nil
+	if r := ctxRelay(ctx); r != nil && r.running.Load() {
+		return r
 	}
-	return ac.relay
+	return nil
+}
+
+// ctxRelay returns the relay of ctx's [WithAfterCommit], running or not,
+// or nil.
+func ctxRelay(ctx context.Context) *Relay {
+	if ac, ok := ctx.Value(afterCommitKey{}).(*afterCommit); ok {
+		return ac.relay
+	}
+	return nil
 }
 
 // InAfterCommit reports whether ctx was made by [WithAfterCommit], so

@@ -35,9 +35,10 @@ var queries = dbsqlc.New() //nolint:gochecknoglobals // stateless
 // relays' claims for RelayConfig.LocalGrace); otherwise Write wakes the
 // relays (pg_notify is delivered at commit). Each event must
 // be valid (CloudEvents required attributes), of a type with a kind
-// (events.Kind) whose NATS subject a stream holds (of that relay's
-// RelayConfig.Catalogue, else of events.Full(), the trip's; see
-// [Relay.Write] for a saga of its own), and have the saga's id as
+// (events.Kind) whose NATS subject a stream holds (of the
+// RelayConfig.Catalogue of ctx's relay, [WithAfterCommit] or
+// [UnitOfWork.InTx], running or not; else of events.Full(), the trip's;
+// see [Relay.Write] for a saga of its own), and have the saga's id as
 // subject; otherwise Write returns an error wrapping
 // events.ErrInvalidEvent and the caller should roll back (JetStream would
 // refuse an event no stream holds, and it would never be published).
@@ -47,12 +48,11 @@ var queries = dbsqlc.New() //nolint:gochecknoglobals // stateless
 // that span's trace context (the CloudEvents distributed-tracing extension,
 // ce-traceparent and ce-tracestate), so its consumers' spans join the trace.
 func Write(ctx context.Context, tx pgx.Tx, evs ...event.Event) error {
-	relay := localRelay(ctx)
 	streams := events.Full()
-	if relay != nil {
-		streams = relay.cfg.Catalogue
+	if r := ctxRelay(ctx); r != nil {
+		streams = r.cfg.Catalogue // the saga's own, even before its relay runs
 	}
-	return write(ctx, tx, relay, streams, evs)
+	return write(ctx, tx, localRelay(ctx), streams, evs)
 }
 
 // Write is [Write] checked against the relay's own streams
