@@ -32,7 +32,7 @@ import (
 // the first argument of each prometheus.NewDesc in the module's non-test Go
 // files (a histogram's or summary's series with their suffixes), and the Go
 // and process collectors' metrics that every process registers
-// (internal/app).
+// (process).
 func exportedMetrics(t *testing.T) []string {
 	t.Helper()
 	root := filepath.Join("..")

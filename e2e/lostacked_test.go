@@ -16,8 +16,8 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/demo"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/stack"
+	"github.com/tripsaga/tripsaga/natsauth"
 )
 
 // lostWindow is the duplicate window of HOTEL and PAYMENT in this test,

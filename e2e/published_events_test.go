@@ -16,7 +16,7 @@ import (
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/events/asyncapi"
 	"github.com/tripsaga/tripsaga/internal/demo"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/natsauth"
 	"github.com/tripsaga/tripsaga/sim"
 )
 

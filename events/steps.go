@@ -543,7 +543,7 @@ func ParseSteps(v string) (Catalogue, error) {
 }
 
 // FromEnv returns the catalogue the environment's STEPS selects (see
-// [ParseSteps]). Every process checks it at start (app.EnvFromOS) and
+// [ParseSteps]). Every process checks it at start (process.EnvFromOS) and
 // refuses to start on an error.
 func FromEnv() (Catalogue, error) { return ParseSteps(os.Getenv(StepsVar)) }
 
@@ -556,7 +556,7 @@ var selected struct { //nolint:gochecknoglobals // cache of FromEnv by the STEPS
 
 // Selected returns the catalogue of this process: [FromEnv], read again
 // whenever STEPS changes. It panics on an invalid STEPS, which a process
-// has refused at start (app.EnvFromOS) and a test must not set.
+// has refused at start (process.EnvFromOS) and a test must not set.
 func Selected() Catalogue {
 	v := os.Getenv(StepsVar)
 	selected.Lock()

@@ -83,7 +83,7 @@ func StreamReplicas() (int, error) {
 // EnsureStreams creates or updates the event streams of c and the
 // dead-letter stream, with the replicas [StreamReplicas] reads from the
 // environment (1 when unset or invalid; a process refuses an invalid value
-// at start, see app.EnvFromOS). See [EnsureStreamsReplicas].
+// at start, see process.EnvFromOS). See [EnsureStreamsReplicas].
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, c Catalogue) error {
 	n, _ := StreamReplicas()
 	return EnsureStreamsReplicas(ctx, js, c, n)
@@ -123,7 +123,7 @@ type StreamChange struct {
 // dead-letter stream, as [EnsureStreamsReplicas] does, in name order, and
 // says what it did to each. It is idempotent: run again, every stream is
 // unchanged. Only an identity that may create every stream
-// (internal/natsauth's admin) can run it.
+// (natsauth's admin) can run it.
 func ApplyStreams(ctx context.Context, js jetstream.JetStream, c Catalogue, replicas int) ([]StreamChange, error) {
 	var names []string
 	for name := range c.StreamSubjects() {
@@ -148,7 +148,7 @@ func (c Catalogue) StreamOwner(stream string) string {
 
 // OwnedStreams lists, sorted, the streams of c that hold an event type
 // service publishes: the streams service creates and updates (its NATS
-// identity may not touch the others, internal/natsauth).
+// identity may not touch the others, natsauth).
 func (c Catalogue) OwnedStreams(service string) []string {
 	var out []string
 	for _, t := range c.Types {
@@ -187,7 +187,7 @@ func EnsureStreamsOf(ctx context.Context, js jetstream.JetStream, c Catalogue, r
 func ApplyStreamsOf(ctx context.Context, js jetstream.JetStream, c Catalogue, replicas int, names, createOnly []string) ([]StreamChange, error) {
 	subjects := c.StreamSubjects()
 	subjects[StreamDeadLetter] = []string{DeadLetterSubjectPrefix + ".>"}
-	dupWindow, _ := StreamDuplicateWindow() // a process refuses a bad value at start (app.EnvFromOS)
+	dupWindow, _ := StreamDuplicateWindow() // a process refuses a bad value at start (process.EnvFromOS)
 	var changes []StreamChange
 	for _, name := range append(slices.Clone(names), createOnly...) {
 		subs, ok := subjects[name]

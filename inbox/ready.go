@@ -16,7 +16,7 @@ var ErrStalled = errors.New("inbox: consumer stalled")
 
 // ErrStreamMissing is returned by [Inbox.Check] when the inbox's stream
 // does not exist: not created yet by the service that owns it (each
-// service's NATS identity may create only its own, internal/natsauth), or
+// service's NATS identity may create only its own, natsauth), or
 // deleted. [Inbox.Run] waits for it and consumes once it appears.
 var ErrStreamMissing = errors.New("inbox: the stream does not exist")
 

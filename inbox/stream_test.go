@@ -16,8 +16,8 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/inbox/internal/dbsqlc"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/natsauth"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 

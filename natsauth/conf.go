@@ -15,7 +15,7 @@ import (
 const ConfPath = "deploy/nats/nats-server.conf"
 
 // Generator regenerates [ConfPath] and SECURITY.md's NATS table.
-const Generator = "go run ./internal/natsauth/cmd/natsauth"
+const Generator = "go run ./natsauth/cmd/natsauth"
 
 // ConfInclude is where the server configuration includes the public keys
 // from, relative to the configuration file: the folder [Provision] wrote
@@ -31,7 +31,7 @@ const ConfInclude = "auth/" + NkeysConf
 func ServerConf(c events.Catalogue) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# tripsaga's NATS users and what each may do. Generated from the event\n")
-	fmt.Fprintf(&b, "# catalogue by internal/natsauth (%s); do not edit.\n", Generator)
+	fmt.Fprintf(&b, "# catalogue by natsauth (%s); do not edit.\n", Generator)
 	fmt.Fprintf(&b, "# The public keys come from %s, which `tripsaga nats-auth --dir`\n", ConfInclude)
 	fmt.Fprintf(&b, "# writes next to one seed file per identity (NATS_CREDS of each process).\n\n")
 	fmt.Fprintf(&b, "include %q\n\n", ConfInclude)

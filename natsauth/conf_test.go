@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/natsauth"
 )
 
 // The generated configuration parses with nats-server's own parser, the

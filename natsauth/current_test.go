@@ -8,12 +8,12 @@ import (
 	"testing"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/natsauth"
 )
 
 func repoFile(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", name))
+	b, err := os.ReadFile(filepath.Join("..", name))
 	if err != nil {
 		t.Fatal(err)
 	}

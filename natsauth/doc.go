@@ -24,7 +24,7 @@ const (
 // call, as Markdown.
 func SecurityTable(c events.Catalogue) string {
 	var b strings.Builder
-	b.WriteString("Generated from the event catalogue by `internal/natsauth` (`" + Generator + "`);\n")
+	b.WriteString("Generated from the event catalogue by `natsauth` (`" + Generator + "`);\n")
 	b.WriteString("a test fails when it differs from what the tests, `tripsaga up` and\n")
 	b.WriteString("compose's `" + ConfPath + "` configure. Every process connects as\n")
 	b.WriteString("its own NATS user (a user nkey whose seed file `NATS_CREDS` names); a\n")

@@ -36,7 +36,7 @@ func Provision(dir string, ids []Identity) (map[string]string, error) {
 	}
 	pubs := map[string]string{}
 	var conf bytes.Buffer
-	conf.WriteString("# The public nkeys of tripsaga's NATS identities, written by tripsaga\n# (internal/natsauth.Provision) next to their seeds; included by\n# nats-server.conf.\n")
+	conf.WriteString("# The public nkeys of tripsaga's NATS identities, written by tripsaga\n# (natsauth.Provision) next to their seeds; included by\n# nats-server.conf.\n")
 	for _, id := range ids {
 		pub, err := ensureSeed(CredsFile(dir, id.Name))
 		if err != nil {

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/natsauth"
 )
 
 // Provision writes one user seed per identity, readable by its owner only,

@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/natsauth"
+	"github.com/tripsaga/tripsaga/process"
 )
 
 // violations collects the permission violations the server reports to
@@ -238,7 +238,7 @@ func TestAnonymousRefused(t *testing.T) {
 		t.Fatalf("anonymous connect: %v, want an authorization violation", err)
 	}
 	// A process without NATS_CREDS is told which variable to set.
-	_, err = app.ConnectNATS(app.Env{NATSURL: srv.ClientURL()}, "hotel")
+	_, err = process.ConnectNATS(process.Env{NATSURL: srv.ClientURL()}, "hotel")
 	if err == nil || !strings.Contains(err.Error(), natsauth.EnvCreds) || !errors.Is(err, nats.ErrAuthorization) {
 		t.Fatalf("a process without credentials: %v, want an authorization error naming %s", err, natsauth.EnvCreds)
 	}
@@ -249,11 +249,11 @@ func TestAnonymousRefused(t *testing.T) {
 // the first refusal, naming NATS_CREDS.
 func TestServiceWithAnotherIdentityRefused(t *testing.T) {
 	srv, _ := testenv.NATSWith(t, nil)
-	env := app.Env{
+	env := process.Env{
 		NATSURL: srv.ClientURL(), DatabaseURL: testenv.Postgres(t), HTTPAddr: "127.0.0.1:0",
 		NATSClient: testenv.Client(t, srv, "payment"),
 	}
-	_, err := app.Open(context.Background(), "hotel", "hotel", env, true)
+	_, err := process.Open(context.Background(), "hotel", "hotel", env, true)
 	if err == nil {
 		t.Fatal("the hotel started with the payment's identity")
 	}

@@ -20,9 +20,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tripsaga/tripsaga/internal/app"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/natsauth"
+	"github.com/tripsaga/tripsaga/process"
 )
 
 // testCA is a certificate authority made for one test.
@@ -105,7 +105,7 @@ func writeCA(t *testing.T, dir, name string, ca testCA) string {
 // CA made in the test, and verifies client certificates from that CA. A
 // process connects through it with NATS_URL tls://..., the CA from
 // NATS_CA_FILE and its certificate from NATS_CERT_FILE/NATS_KEY_FILE,
-// as its own identity (NATS_CREDS), and app.Open starts on it; a CA that
+// as its own identity (NATS_CREDS), and process.Open starts on it; a CA that
 // did not sign the server's certificate is refused with an error naming
 // NATS_CA_FILE.
 func TestTLS(t *testing.T) {
@@ -125,7 +125,7 @@ func TestTLS(t *testing.T) {
 	url := "tls://" + srv.Addr().String()
 	caFile := writeCA(t, dir, "ca.pem", ca)
 
-	env := app.Env{
+	env := process.Env{
 		NATSURL: url, DatabaseURL: testenv.Postgres(t), HTTPAddr: "127.0.0.1:0",
 		NATSClient: natsauth.Client{
 			Creds: testenv.Creds(t, srv, "hotel"), CAFile: caFile,
@@ -133,9 +133,9 @@ func TestTLS(t *testing.T) {
 		},
 	}
 	ctx := context.Background()
-	p, err := app.Open(ctx, "hotel", "hotel", env, true)
+	p, err := process.Open(ctx, "hotel", "hotel", env, true)
 	if err != nil {
-		t.Fatalf("app.Open over TLS: %v", err)
+		t.Fatalf("process.Open over TLS: %v", err)
 	}
 	defer p.Close()
 	if !p.NATS.TLSRequired() {
@@ -147,7 +147,7 @@ func TestTLS(t *testing.T) {
 	}
 	// It is the hotel: its stream was made, and it may do no more.
 	if _, err := p.JS.Stream(ctx, "HOTEL"); err != nil {
-		t.Fatalf("HOTEL after app.Open: %v", err)
+		t.Fatalf("HOTEL after process.Open: %v", err)
 	}
 	if _, err := p.JS.Publish(shortCtx(t), "payment.charged.T-1", []byte(`{}`)); err == nil {
 		t.Fatal("hotel published payment.charged over TLS")
@@ -160,7 +160,7 @@ func TestTLS(t *testing.T) {
 	other := newCA(t, "another CA")
 	wrong := env
 	wrong.NATSClient.CAFile = writeCA(t, dir, "other.pem", other)
-	_, err = app.ConnectNATS(wrong, "hotel")
+	_, err = process.ConnectNATS(wrong, "hotel")
 	if err == nil {
 		t.Fatal("connected with a CA that did not sign the server's certificate")
 	}
@@ -172,14 +172,14 @@ func TestTLS(t *testing.T) {
 	// Without a client certificate the server refuses the handshake.
 	nocert := env
 	nocert.NATSClient.CertFile, nocert.NATSClient.KeyFile = "", ""
-	if nc, err := app.ConnectNATS(nocert, "hotel"); err == nil {
+	if nc, err := process.ConnectNATS(nocert, "hotel"); err == nil {
 		nc.Close()
 		t.Fatal("connected without a client certificate")
 	}
 	// A missing CA file is named.
 	missing := env
 	missing.NATSClient.CAFile = filepath.Join(dir, "nope.pem")
-	if _, err := app.ConnectNATS(missing, "hotel"); err == nil || !strings.Contains(err.Error(), natsauth.EnvCAFile) {
+	if _, err := process.ConnectNATS(missing, "hotel"); err == nil || !strings.Contains(err.Error(), natsauth.EnvCAFile) {
 		t.Fatalf("missing CA file: %v", err)
 	}
 }

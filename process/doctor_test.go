@@ -1,4 +1,4 @@
-package app_test
+package process_test
 
 import (
 	"context"
@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/doctor"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/natsauth"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/services/hotel"
 )
 
@@ -31,9 +31,9 @@ func TestServiceRefusesToStartOnViolation(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	env := app.Env{
+	env := process.Env{
 		NATSURL: srv.ClientURL(), DatabaseURL: testenv.Postgres(t), HTTPAddr: "127.0.0.1:0",
-		HotelURL: "http://127.0.0.1:1", NATSClient: testenv.Client(t, srv, "hotel"),
+		Companies: map[string]string{"hotel": "http://127.0.0.1:1"}, NATSClient: testenv.Client(t, srv, "hotel"),
 	}
 	err = hotel.Run(ctx, env)
 	require.ErrorIs(t, err, doctor.ErrViolation)
@@ -54,10 +54,11 @@ func TestServiceRefusesReplicasAboveTheCluster(t *testing.T) {
 	ctx := context.Background()
 	srv := testenv.NATS(t)
 	t.Setenv(events.StreamReplicasEnv, "3")
-	env, err := app.EnvFromOS()
+	env, err := process.EnvFromOS()
 	require.NoError(t, err)
 	require.Equal(t, 3, env.StreamReplicas)
-	env.NATSURL, env.DatabaseURL, env.HTTPAddr, env.HotelURL = srv.ClientURL(), testenv.Postgres(t), "127.0.0.1:0", "http://127.0.0.1:1"
+	env.NATSURL, env.DatabaseURL, env.HTTPAddr = srv.ClientURL(), testenv.Postgres(t), "127.0.0.1:0"
+	env.Companies = map[string]string{"hotel": "http://127.0.0.1:1"}
 	env.NATSClient = testenv.Client(t, srv, "hotel")
 	err = hotel.Run(ctx, env)
 	require.ErrorIs(t, err, doctor.ErrViolation)
@@ -73,12 +74,12 @@ func TestServiceRefusesReplicasAboveTheCluster(t *testing.T) {
 
 func TestStreamReplicasFromEnv(t *testing.T) {
 	t.Setenv(events.StreamReplicasEnv, "")
-	env, err := app.EnvFromOS()
+	env, err := process.EnvFromOS()
 	require.NoError(t, err)
 	require.Equal(t, 1, env.StreamReplicas)
 	for _, bad := range []string{"0", "6", "three", "-1"} {
 		t.Setenv(events.StreamReplicasEnv, bad)
-		_, err := app.EnvFromOS()
+		_, err := process.EnvFromOS()
 		require.ErrorContains(t, err, events.StreamReplicasEnv+"=")
 	}
 }
@@ -93,7 +94,7 @@ func TestStreamDuplicateWindowFromEnv(t *testing.T) {
 	require.Equal(t, events.DuplicateWindow, d)
 	for _, bad := range []string{"59999", "2592000001", "20s", "-1"} {
 		t.Setenv(events.DuplicateWindowEnv, bad)
-		_, err := app.EnvFromOS()
+		_, err := process.EnvFromOS()
 		require.ErrorContains(t, err, events.DuplicateWindowEnv+"=", bad)
 	}
 

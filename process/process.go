@@ -1,8 +1,9 @@
-// Package app wires one OS process of the system: configuration from the
-// environment (trips-api.md), the PostgreSQL pool on the process's own
-// schema, migrations, the NATS connection and streams, and the HTTP server
-// with /healthz, /readyz and /metrics.
-package app
+// Package process wires one OS process of a saga's system: configuration
+// from the environment (trips-api.md), the PostgreSQL pool on the
+// process's own schema, migrations, the NATS connection (with its identity,
+// package natsauth) and streams, and the HTTP server with /healthz, /readyz
+// and /metrics. [RunStep] runs a whole step service on it.
+package process
 
 import (
 	"context"
@@ -31,9 +32,9 @@ import (
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/doctor"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/redact"
 	"github.com/tripsaga/tripsaga/internal/tracing"
+	"github.com/tripsaga/tripsaga/natsauth"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
@@ -45,12 +46,15 @@ type Env struct {
 	// OpsAddr (OPS_ADDR), when set, is the only address serving /metrics,
 	// /debug/pprof and the reconciler's dashboard (e.g. 127.0.0.1:9091):
 	// HTTP_ADDR then answers 404 for them. Unset, HTTP_ADDR serves them.
-	OpsAddr     string
-	HotelURL    string // HOTEL_URL
-	PaymentsURL string // PAYMENTS_URL
-	CarsURL     string // CARS_URL
-	MailURL     string // MAIL_URL
-	InsurerURL  string // INSURER_URL (only when STEPS names insurance)
+	OpsAddr string
+	// Companies are the base URLs of the saga's companies by step name
+	// ("hotel" → the value of HOTEL_URL): [EnvFromOS] reads the variables
+	// [CompanyVars] names, [EnvFromOSWith] those of another saga. See
+	// [Env.CompanyURL].
+	Companies map[string]string
+	// companyVars names the variable of each entry of Companies (for
+	// [Env.Require]).
+	companyVars map[string]string
 	// Timing knobs, in ms (0 = the saga package's defaults):
 	// CALL_TIMEOUT_MS, STEP_DEADLINE_MS, UNDO_BACKOFF_MAX_MS,
 	// INCIDENT_AFTER (attempts), VERIFY_AFTER_MS.
@@ -71,7 +75,7 @@ type Env struct {
 	StreamReplicas int
 	// NATSClient is the process's NATS identity and TLS files
 	// (NATS_CREDS, NATS_CA_FILE, NATS_CERT_FILE, NATS_KEY_FILE; see
-	// internal/natsauth).
+	// natsauth).
 	NATSClient natsauth.Client
 	// Catalogue is the saga's steps in the order STEPS gives
 	// (events.FromEnv); the zero value means events.Default (see
@@ -89,9 +93,27 @@ func (e Env) Steps() events.Catalogue {
 	return e.Catalogue
 }
 
-// EnvFromOS reads [Env] from the environment. A timing variable that is
-// set but not a non-negative integer is an error naming it.
-func EnvFromOS() (Env, error) {
+// CompanyVars returns the variable naming each company's base URL, by
+// the step whose company it is, as the trip's contract sets them
+// (docs/contracts/trips-api.md): HOTEL_URL, PAYMENTS_URL, CARS_URL,
+// INSURER_URL (only when STEPS names insurance) and MAIL_URL (the trips
+// service's mails).
+func CompanyVars() map[string]string {
+	return map[string]string{"hotel": "HOTEL_URL", "payment": "PAYMENTS_URL", "car": "CARS_URL", "insurance": "INSURER_URL", "mail": "MAIL_URL"}
+}
+
+// CompanyURL returns the base URL of the company of step ("" when its
+// variable is not set): Companies[step].
+func (e Env) CompanyURL(step string) string { return e.Companies[step] }
+
+// EnvFromOS reads [Env] from the environment, the trip's companies
+// ([CompanyVars]) among it. A timing variable that is set but not a
+// non-negative integer is an error naming it.
+func EnvFromOS() (Env, error) { return EnvFromOSWith(CompanyVars()) }
+
+// EnvFromOSWith is [EnvFromOS] for a saga whose companies' base URLs are
+// in the variables companies names, by step ("stock": "STOCK_URL").
+func EnvFromOSWith(companies map[string]string) (Env, error) {
 	var errs []error
 	num := func(k string) int {
 		v := os.Getenv(k)
@@ -108,12 +130,16 @@ func EnvFromOS() (Env, error) {
 	ms := func(k string) time.Duration { return time.Duration(num(k)) * time.Millisecond }
 	e := Env{
 		NATSURL: os.Getenv("NATS_URL"), DatabaseURL: os.Getenv("DATABASE_URL"), HTTPAddr: os.Getenv("HTTP_ADDR"), OpsAddr: os.Getenv("OPS_ADDR"),
-		HotelURL: os.Getenv("HOTEL_URL"), PaymentsURL: os.Getenv("PAYMENTS_URL"), CarsURL: os.Getenv("CARS_URL"), MailURL: os.Getenv("MAIL_URL"),
-		InsurerURL:  os.Getenv("INSURER_URL"),
+		Companies: map[string]string{}, companyVars: companies,
 		CallTimeout: ms("CALL_TIMEOUT_MS"), StepDeadline: ms("STEP_DEADLINE_MS"), UndoBackoffMax: ms("UNDO_BACKOFF_MAX_MS"),
 		VerifyAfter: ms("VERIFY_AFTER_MS"), IncidentAfter: num("INCIDENT_AFTER"),
 		IncidentOwner: os.Getenv("INCIDENT_OWNER"), IncidentEscalateAfter: ms("INCIDENT_ESCALATE_AFTER_MS"),
 		NATSClient: natsauth.ClientFromEnv(),
+	}
+	for step, v := range companies {
+		if u := os.Getenv(v); u != "" {
+			e.Companies[step] = u
+		}
 	}
 	var err error
 	if e.StreamReplicas, err = events.StreamReplicas(); err != nil {
@@ -154,8 +180,13 @@ func (e Env) EscalateAfter() time.Duration {
 func (e Env) Require(names ...string) error {
 	vals := map[string]string{
 		"NATS_URL": e.NATSURL, "DATABASE_URL": e.DatabaseURL, "HTTP_ADDR": e.HTTPAddr,
-		"HOTEL_URL": e.HotelURL, "PAYMENTS_URL": e.PaymentsURL, "CARS_URL": e.CarsURL, "MAIL_URL": e.MailURL,
-		"INSURER_URL": e.InsurerURL,
+	}
+	vars := e.companyVars
+	if vars == nil {
+		vars = CompanyVars() // an Env a test builds
+	}
+	for step, v := range vars {
+		vals[v] = e.Companies[step]
 	}
 	var errs []error
 	for _, n := range names {
@@ -243,7 +274,7 @@ func Open(ctx context.Context, name, schema string, env Env, withNATS bool, sets
 		// NATS_URL may list several servers, comma-separated (a cluster):
 		// nats.Connect takes the list and reconnects to any of them.
 		// It connects as its own identity (NATS_CREDS), with its own
-		// inbox prefix, and may do only what internal/natsauth allows it.
+		// inbox prefix, and may do only what natsauth allows it.
 		// A call its identity may not make is refused asynchronously (the
 		// request itself only times out): the refusal is logged, naming
 		// the subject, so a process given another's NATS_CREDS says why.

@@ -1,4 +1,4 @@
-package app
+package process
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/inbox"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/natsauth"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 

@@ -21,8 +21,8 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/inbox"
-	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
 )
 
@@ -119,7 +119,7 @@ func NewOperator(cfg OperatorConfig) (*Operator, error) {
 	o.relay, err = outbox.NewRelay(outbox.RelayConfig{
 		Pool: r.cfg.Pool, JetStream: r.cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer,
 		// Only the streams the reconciler owns (OPERATOR), as its NATS
-		// identity allows (internal/natsauth).
+		// identity allows (natsauth).
 		EnsureStreams: func(ctx context.Context) error {
 			n, _ := events.StreamReplicas()
 			return events.EnsureServiceStreams(ctx, r.cfg.JetStream, r.cfg.Catalogue, ProjectionName, n)
@@ -142,7 +142,7 @@ func NewOperator(cfg OperatorConfig) (*Operator, error) {
 
 // Inboxes returns the inbox of the operators' actions (optional: the
 // reconciler owns OPERATOR and creates it again when lost), for
-// readiness (app.Process.AddInboxes).
+// readiness (process.Process.AddInboxes).
 func (o *Operator) Inboxes() []*inbox.Inbox { return []*inbox.Inbox{o.inbox} }
 
 // Run publishes the recorded actions (the relay) and carries out the
@@ -196,11 +196,11 @@ func (e *ActionError) Error() string {
 func (e *ActionError) problemType() string {
 	switch e.Status {
 	case http.StatusNotFound:
-		return app.ProblemNotFound
+		return process.ProblemNotFound
 	case http.StatusConflict:
 		return ProblemConflict
 	}
-	return app.ProblemInvalidInput
+	return process.ProblemInvalidInput
 }
 
 func (e *ActionError) title() string {

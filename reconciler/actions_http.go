@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/process"
 )
 
 // Register mounts the write side on mux:
@@ -41,8 +41,8 @@ func (o *Operator) authorized(req *http.Request) bool {
 }
 
 func invalid(w http.ResponseWriter, req *http.Request, field, detail string) {
-	app.WriteProblem(w, app.Problem{
-		Type: app.ProblemInvalidInput, Title: "Invalid action", Status: http.StatusBadRequest,
+	process.WriteProblem(w, process.Problem{
+		Type: process.ProblemInvalidInput, Title: "Invalid action", Status: http.StatusBadRequest,
 		Detail: fmt.Sprintf("field %q: %s", field, detail), Instance: req.URL.EscapedPath(),
 		Errors: []events.FieldError{events.FieldErr(field, detail)},
 	})
@@ -50,13 +50,13 @@ func invalid(w http.ResponseWriter, req *http.Request, field, detail string) {
 
 func (o *Operator) serveAction(w http.ResponseWriter, req *http.Request) {
 	if !o.on {
-		app.WriteProblem(w, app.Problem{Type: ProblemActionsDisabled, Title: "Operator actions are disabled", Status: http.StatusServiceUnavailable,
+		process.WriteProblem(w, process.Problem{Type: ProblemActionsDisabled, Title: "Operator actions are disabled", Status: http.StatusServiceUnavailable,
 			Detail: "the reconciler was started without " + OperatorTokenEnv + "; set it to allow actions (reading needs no token)", Instance: req.URL.EscapedPath()})
 		return
 	}
 	if !o.authorized(req) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tripsaga operator actions"`)
-		app.WriteProblem(w, app.Problem{Type: ProblemUnauthorized, Title: "A valid operator token is required", Status: http.StatusUnauthorized,
+		process.WriteProblem(w, process.Problem{Type: ProblemUnauthorized, Title: "A valid operator token is required", Status: http.StatusUnauthorized,
 			Detail: "send Authorization: Bearer <" + OperatorTokenEnv + ">", Instance: req.URL.EscapedPath()})
 		return
 	}
@@ -73,7 +73,7 @@ func (o *Operator) serveAction(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxActionBody))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		app.WriteProblem(w, app.Problem{Type: "https://tripsaga.io/problems/body-too-large", Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
+		process.WriteProblem(w, process.Problem{Type: "https://tripsaga.io/problems/body-too-large", Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
 			Detail: fmt.Sprintf("an action is at most %d bytes", maxActionBody), Instance: req.URL.EscapedPath()})
 		return
 	}
@@ -102,15 +102,15 @@ func (o *Operator) serveAction(w http.ResponseWriter, req *http.Request) {
 		invalid(w, req, fe.Field, fe.Detail)
 		return
 	case errors.As(err, &fe):
-		app.WriteProblem(w, app.Problem{Type: fe.problemType(), Title: fe.title(), Status: fe.Status, Detail: fe.Detail, Instance: req.URL.EscapedPath()})
+		process.WriteProblem(w, process.Problem{Type: fe.problemType(), Title: fe.title(), Status: fe.Status, Detail: fe.Detail, Instance: req.URL.EscapedPath()})
 		return
 	case err != nil:
-		app.WriteError(w, req, o.log, "reconciler: action", err)
+		process.WriteError(w, req, o.log, "reconciler: action", err)
 		return
 	}
 	body, err = json.Marshal(ev)
 	if err != nil {
-		app.WriteError(w, req, o.log, "reconciler: action", err)
+		process.WriteError(w, req, o.log, "reconciler: action", err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -133,7 +133,7 @@ func (o *Operator) serveActions(w http.ResponseWriter, req *http.Request) {
 	}
 	evs, err := o.Actions(req.Context(), req.URL.Query().Get("trip"), limit)
 	if err != nil {
-		app.WriteError(w, req, o.log, "reconciler: actions", err)
+		process.WriteError(w, req, o.log, "reconciler: actions", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"items": evs})

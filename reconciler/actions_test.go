@@ -17,8 +17,8 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/inbox"
-	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/process"
 )
 
 const testToken = "s3cret-operator-token"
@@ -43,7 +43,7 @@ func (b *bundle) operatorServer(t *testing.T, tok string) (*Operator, string) {
 type answer struct {
 	code    int
 	header  http.Header
-	problem app.Problem
+	problem process.Problem
 	event   event.Event
 }
 

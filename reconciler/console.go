@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/saga"
 )
 
@@ -44,16 +44,16 @@ func (r *Reconciler) registerConsole(mux *http.ServeMux) {
 func (r *Reconciler) serveTimeline(w http.ResponseWriter, req *http.Request) {
 	trip := req.PathValue("trip_id")
 	if events.ValidateTripID(trip) != nil {
-		app.WriteNotFound(w, req, "Trip not found: not a trip id")
+		process.WriteNotFound(w, req, "Trip not found: not a trip id")
 		return
 	}
 	t, err := r.Timeline(req.Context(), trip)
 	if err != nil {
-		app.WriteError(w, req, r.log, "reconciler: timeline "+trip, err)
+		process.WriteError(w, req, r.log, "reconciler: timeline "+trip, err)
 		return
 	}
 	if t.View == nil && len(t.Entries) == 0 {
-		app.WriteNotFound(w, req, "Trip not found")
+		process.WriteNotFound(w, req, "Trip not found")
 		return
 	}
 	writeJSON(w, http.StatusOK, t)
@@ -75,12 +75,12 @@ type timelineRow struct {
 func (r *Reconciler) serveTimelinePage(w http.ResponseWriter, req *http.Request) {
 	trip := req.PathValue("trip_id")
 	if events.ValidateTripID(trip) != nil {
-		app.WriteNotFound(w, req, "Trip not found: not a trip id")
+		process.WriteNotFound(w, req, "Trip not found: not a trip id")
 		return
 	}
 	t, err := r.Timeline(req.Context(), trip)
 	if err != nil {
-		app.WriteError(w, req, r.log, "reconciler: timeline "+trip, err)
+		process.WriteError(w, req, r.log, "reconciler: timeline "+trip, err)
 		return
 	}
 	p := timelinePage{Timeline: t}
@@ -107,12 +107,12 @@ func (r *Reconciler) serveTimelinePage(w http.ResponseWriter, req *http.Request)
 func (r *Reconciler) serveSearch(w http.ResponseWriter, req *http.Request) {
 	q := strings.TrimSpace(req.URL.Query().Get("q"))
 	if q == "" {
-		app.WriteProblem(w, app.Problem{Type: "about:blank", Title: "Invalid query", Status: http.StatusBadRequest,
+		process.WriteProblem(w, process.Problem{Type: "about:blank", Title: "Invalid query", Status: http.StatusBadRequest,
 			Detail: "q: give a trip id, an Idempotency-Key, a traveler's email or a company record id"})
 		return
 	}
 	if err := searchable(q); err != nil {
-		app.WriteProblem(w, app.Problem{Type: "about:blank", Title: "Invalid query", Status: http.StatusBadRequest, Detail: err.Error()})
+		process.WriteProblem(w, process.Problem{Type: "about:blank", Title: "Invalid query", Status: http.StatusBadRequest, Detail: err.Error()})
 		return
 	}
 	hits, unread := r.Search(req.Context(), q)
@@ -194,7 +194,7 @@ type deadLetterRow struct {
 func (r *Reconciler) serveDeadLettersPage(w http.ResponseWriter, req *http.Request) {
 	dls, err := (&Operator{r: r}).DeadLetters(req.Context()) // the read side of the actions' API
 	if err != nil {
-		app.WriteError(w, req, r.log, "reconciler: dead letters", err)
+		process.WriteError(w, req, r.log, "reconciler: dead letters", err)
 		return
 	}
 	rows := make([]deadLetterRow, 0, len(dls))
@@ -211,7 +211,7 @@ func (r *Reconciler) serveDeadLettersPage(w http.ResponseWriter, req *http.Reque
 func (r *Reconciler) serveFigures(w http.ResponseWriter, req *http.Request) {
 	f, err := r.Figures(req.Context())
 	if err != nil {
-		app.WriteError(w, req, r.log, "reconciler: figures", err)
+		process.WriteError(w, req, r.log, "reconciler: figures", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, f)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
 )
 
@@ -22,7 +22,7 @@ import (
 //
 // An id that cannot be a trip (events.ValidateTripID: a NUL, a byte that
 // is not UTF-8, a space, ...) is 404 without a look-up; PostgreSQL
-// unreachable is 503 problem+json with Retry-After (app.WriteError).
+// unreachable is 503 problem+json with Retry-After (process.WriteError).
 func (r *Reconciler) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /{$}", r.serveDashboard)
 	mux.HandleFunc("GET /findings", r.serveFindings)
@@ -83,7 +83,7 @@ func (r *Reconciler) Dashboard(ctx context.Context) (Dashboard, error) {
 func (r *Reconciler) serveDashboard(w http.ResponseWriter, req *http.Request) {
 	d, err := r.Dashboard(req.Context())
 	if err != nil {
-		app.WriteError(w, req, r.log, "reconciler: dashboard", err)
+		process.WriteError(w, req, r.log, "reconciler: dashboard", err)
 		return
 	}
 	d.Console = r.renderConsole(req)
@@ -97,7 +97,7 @@ func (r *Reconciler) serveFindings(w http.ResponseWriter, req *http.Request) {
 	all := req.URL.Query().Get("all")
 	fs, err := r.Findings(req.Context(), all == "1" || all == "true")
 	if err != nil {
-		app.WriteError(w, req, r.log, "reconciler: findings", err)
+		process.WriteError(w, req, r.log, "reconciler: findings", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"items": fs})
@@ -106,12 +106,12 @@ func (r *Reconciler) serveFindings(w http.ResponseWriter, req *http.Request) {
 func (r *Reconciler) serveView(w http.ResponseWriter, req *http.Request) {
 	trip := req.PathValue("trip_id")
 	if events.ValidateTripID(trip) != nil {
-		app.WriteNotFound(w, req, "Trip not found: not a trip id")
+		process.WriteNotFound(w, req, "Trip not found: not a trip id")
 		return
 	}
 	v, err := r.View(req.Context(), trip)
 	if errors.Is(err, ErrTripNotFound) {
-		app.WriteNotFound(w, req, "Trip not found")
+		process.WriteNotFound(w, req, "Trip not found")
 		return
 	}
 	var rows []dbsqlc.Finding
@@ -119,7 +119,7 @@ func (r *Reconciler) serveView(w http.ResponseWriter, req *http.Request) {
 		rows, err = queries.FindingListByTrip(req.Context(), r.cfg.Pool, trip)
 	}
 	if err != nil {
-		app.WriteError(w, req, r.log, "reconciler: view "+trip, err)
+		process.WriteError(w, req, r.log, "reconciler: view "+trip, err)
 		return
 	}
 	fs := make([]Finding, 0, len(rows))

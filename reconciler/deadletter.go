@@ -12,7 +12,7 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/inbox"
-	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/process"
 )
 
 // MaxDeadLetters is how many dead letters [Operator.DeadLetters] lists at
@@ -140,7 +140,7 @@ func (o *Operator) redrives(ctx context.Context, dls []DeadLetter) error {
 func (o *Operator) serveDeadLetters(w http.ResponseWriter, req *http.Request) {
 	dls, err := o.DeadLetters(req.Context())
 	if err != nil {
-		app.WriteError(w, req, o.log, "reconciler: dead letters", err)
+		process.WriteError(w, req, o.log, "reconciler: dead letters", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"items": dls})
@@ -149,17 +149,17 @@ func (o *Operator) serveDeadLetters(w http.ResponseWriter, req *http.Request) {
 func (o *Operator) serveDeadLetter(w http.ResponseWriter, req *http.Request) {
 	seq, err := strconv.ParseUint(req.PathValue("seq"), 10, 64)
 	if err != nil || seq == 0 {
-		app.WriteNotFound(w, req, "Dead letter not found: not a sequence number")
+		process.WriteNotFound(w, req, "Dead letter not found: not a sequence number")
 		return
 	}
 	dl, err := o.DeadLetter(req.Context(), seq)
 	var ae *ActionError
 	if errors.As(err, &ae) {
-		app.WriteNotFound(w, req, ae.Detail)
+		process.WriteNotFound(w, req, ae.Detail)
 		return
 	}
 	if err != nil {
-		app.WriteError(w, req, o.log, "reconciler: dead letter", err)
+		process.WriteError(w, req, o.log, "reconciler: dead letter", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, dl)

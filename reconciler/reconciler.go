@@ -36,7 +36,7 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/inbox"
-	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
 	tripsql "github.com/tripsaga/tripsaga/sql"
@@ -79,7 +79,7 @@ type Config struct {
 	// Defaults to 30 s.
 	OrphanGrace time.Duration
 	// Catalogue is the saga's steps in the order this system runs them
-	// (STEPS, app.Env.Steps): the timeline's columns, the services that
+	// (STEPS, process.Env.Steps): the timeline's columns, the services that
 	// carry out actions, the owners of steps. Zero: events.Default. A
 	// trip is still judged by its own version's order.
 	Catalogue events.Catalogue
@@ -167,7 +167,7 @@ func New(cfg Config) (*Reconciler, error) {
 			Concurrency: 1, Logger: cfg.Logger, Metrics: inboxMetrics,
 			// The projection never made the reconciler unready: a stream
 			// not created yet, or an inbox in trouble, is a line of
-			// /readyz (app.Process.AddInboxes).
+			// /readyz (process.Process.AddInboxes).
 			Optional: true,
 		})
 		if err != nil {
@@ -179,7 +179,7 @@ func New(cfg Config) (*Reconciler, error) {
 }
 
 // Inboxes returns the projection's inboxes, one per stream, for
-// readiness (app.Process.AddInboxes); all are optional.
+// readiness (process.Process.AddInboxes); all are optional.
 func (r *Reconciler) Inboxes() []*inbox.Inbox { return r.inboxes }
 
 // Run consumes the streams into trip_view and sweeps every Interval (the
@@ -312,7 +312,7 @@ func (r *Reconciler) Findings(ctx context.Context, all bool) ([]Finding, error) 
 // RECONCILE_INTERVAL_MS (default 10000), STUCK_AFTER_MS (default
 // 120000) and OPERATOR_TOKEN (the bearer token of operators' actions;
 // unset, actions are disabled).
-func Run(ctx context.Context, env app.Env) error {
+func Run(ctx context.Context, env process.Env) error {
 	if err := env.Require("NATS_URL", "DATABASE_URL", "HTTP_ADDR", "HOTEL_URL", "PAYMENTS_URL", "CARS_URL"); err != nil {
 		return fmt.Errorf("reconciler: %w", err)
 	}
@@ -328,7 +328,7 @@ func Run(ctx context.Context, env app.Env) error {
 	if err != nil {
 		return fmt.Errorf("reconciler: %w", err)
 	}
-	p, err := app.Open(ctx, "reconciler", Schema, env, true, tripsql.SetSaga, tripsql.SetReconciler)
+	p, err := process.Open(ctx, "reconciler", Schema, env, true, tripsql.SetSaga, tripsql.SetReconciler)
 	if err != nil {
 		return fmt.Errorf("reconciler: %w", err)
 	}
@@ -342,23 +342,23 @@ func Run(ctx context.Context, env app.Env) error {
 			return fmt.Errorf("reconciler: the insurance step is on: %w", err)
 		}
 	}
-	if env.InsurerURL != "" {
+	if env.CompanyURL("insurance") != "" {
 		// Listed whenever it is known, not only with the step on in
 		// STEPS: trips of a version with insurance are still judged by
 		// their policies after STEPS turned it off (and a policy of a
 		// trip without it is half).
-		insurer = provider.Insurer(env.InsurerURL)
+		insurer = provider.Insurer(env.CompanyURL("insurance"))
 	}
 	r, err := New(Config{
 		Pool: p.Pool, JetStream: p.JS, Insurer: insurer, Catalogue: env.Steps(),
-		Hotel: provider.Hotel(env.HotelURL), Payments: provider.Payments(env.PaymentsURL), Cars: provider.Cars(env.CarsURL),
+		Hotel: provider.Hotel(env.CompanyURL("hotel")), Payments: provider.Payments(env.CompanyURL("payment")), Cars: provider.Cars(env.CompanyURL("car")),
 		Interval: interval, StuckAfter: stuck, Services: services, Registerer: p.Registry, Logger: p.Log,
 	})
 	if err != nil {
 		return err
 	}
 	// The dashboard's views are operations views: on OPS_ADDR when set
-	// (app.Process.OpsMux), otherwise on HTTP_ADDR.
+	// (process.Process.OpsMux), otherwise on HTTP_ADDR.
 	r.Register(p.OpsMux)
 	op, err := NewOperator(OperatorConfig{Reconciler: r, Token: os.Getenv(OperatorTokenEnv), Registerer: p.Registry, Logger: p.Log})
 	if err != nil {

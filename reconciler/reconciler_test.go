@@ -23,8 +23,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/sim"
 	tripsql "github.com/tripsaga/tripsaga/sql"
@@ -624,7 +624,7 @@ func TestDashboardAnswers503WhilePostgreSQLIsDown(t *testing.T) {
 		resp.Body.Close()
 		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s: %s", path, body)
 		require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"), path)
-		require.Equal(t, strconv.Itoa(app.RetryAfterSeconds), resp.Header.Get("Retry-After"), path)
+		require.Equal(t, strconv.Itoa(process.RetryAfterSeconds), resp.Header.Get("Retry-After"), path)
 	}
 }
 

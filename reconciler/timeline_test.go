@@ -15,16 +15,16 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/inbox"
-	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/process"
 )
 
-// opsOf serves a service's operator endpoints (app.Process.HandleOps: GET
+// opsOf serves a service's operator endpoints (process.Process.HandleOps: GET
 // /steps/{trip_id}, GET /incidents) on the bundle's database, whose schema
 // holds the saga tables like every service's.
 func (b *bundle) opsOf(t *testing.T, name string) string {
 	t.Helper()
-	p := &app.Process{Name: name, Pool: b.pool, Mux: http.NewServeMux(), Log: slog.New(slog.DiscardHandler)}
+	p := &process.Process{Name: name, Pool: b.pool, Mux: http.NewServeMux(), Log: slog.New(slog.DiscardHandler)}
 	p.HandleOps()
 	hs := httptest.NewServer(p.Mux)
 	t.Cleanup(hs.Close)

@@ -177,7 +177,7 @@ func (l *Liveness) connect(ctx context.Context) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("saga: liveness: connect: %w", err)
 	}
 	// The pool's own settings (search_path, the network timeouts) are set
-	// after connecting (internal/app), not as startup parameters.
+	// after connecting (process), not as startup parameters.
 	if pcfg.AfterConnect != nil {
 		if err := pcfg.AfterConnect(ctx, conn); err != nil {
 			drop(conn)

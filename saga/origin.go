@@ -28,7 +28,7 @@ import (
 // trigger event published by another step service (stock.reserved,
 // card.charged, ...) only when its trip has a trip.requested carrying
 // the same request: only the trips identity may publish trip.requested
-// (internal/natsauth), so a step service's leaked seed can no longer
+// (natsauth), so a step service's leaked seed can no longer
 // invent a trip or change its request. An operator's undo_leak of a done
 // step is carried out only when there is none (see [Runner.Operate]).
 type OriginFunc func(ctx context.Context, trip string) (json.RawMessage, error)

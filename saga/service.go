@@ -67,7 +67,7 @@ type ServiceConfig struct {
 	Pool      *pgxpool.Pool
 	JetStream jetstream.JetStream
 	// Catalogue is the saga's catalogue this process runs (the trip's:
-	// the order its STEPS gives, app.Env.Steps). Required.
+	// the order its STEPS gives, process.Env.Steps). Required.
 	Catalogue events.Catalogue
 	// Family is every catalogue an event of the saga may be of, by its
 	// version: each trigger is handled by its own version's, and the
@@ -394,7 +394,7 @@ func (s *Service) Check(ctx context.Context) error {
 
 // Inboxes returns the service's inboxes (its triggers', its
 // compensations', the operators' actions'), for readiness
-// (app.Process.AddInboxes).
+// (process.Process.AddInboxes).
 func (s *Service) Inboxes() []*inbox.Inbox { return s.inboxes }
 
 // Run registers the process among the service's replicas ([Liveness]),

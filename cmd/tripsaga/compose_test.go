@@ -20,10 +20,10 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/inbox"
-	"github.com/tripsaga/tripsaga/internal/app"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/pgroles"
 	"github.com/tripsaga/tripsaga/internal/stack"
+	"github.com/tripsaga/tripsaga/natsauth"
+	"github.com/tripsaga/tripsaga/process"
 )
 
 func readRepoFile(t *testing.T, name string) string {
@@ -57,13 +57,13 @@ var notSet = regexp.MustCompile(`\b([A-Z][A-Z0-9_]*) is not set\b`)
 // environment and a cancelled context, collects every "X is not set" of
 // its error, sets those and runs it again, until it fails for another
 // reason (it got as far as connecting, which the cancelled context stops).
-func requiredEnv(t *testing.T, process string) []string {
+func requiredEnv(t *testing.T, name string) []string {
 	t.Helper()
-	run := serveRunners()[process]
-	require.NotNil(t, run, "no runner for %s", process)
+	run := serveRunners()[name]
+	require.NotNil(t, run, "no runner for %s", name)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	var env app.Env
+	var env process.Env
 	var names []string
 	for range 10 {
 		done := make(chan error, 1)
@@ -72,7 +72,7 @@ func requiredEnv(t *testing.T, process string) []string {
 		select {
 		case err = <-done:
 		case <-time.After(20 * time.Second):
-			t.Fatalf("%s: runner did not return with a cancelled context", process)
+			t.Fatalf("%s: runner did not return with a cancelled context", name)
 		}
 		var found []string
 		if err != nil {
@@ -85,7 +85,7 @@ func requiredEnv(t *testing.T, process string) []string {
 		}
 		for _, n := range found {
 			if slices.Contains(names, n) {
-				t.Fatalf("%s: still says %s is not set after it was set: %v", process, n, err)
+				t.Fatalf("%s: still says %s is not set after it was set: %v", name, n, err)
 			}
 			names = append(names, n)
 			setEnvField(t, &env, n)
@@ -95,9 +95,9 @@ func requiredEnv(t *testing.T, process string) []string {
 	return names
 }
 
-// setEnvField sets the app.Env field of variable n to a value that cannot
+// setEnvField sets the process.Env field of variable n to a value that cannot
 // be reached (127.0.0.1:1).
-func setEnvField(t *testing.T, e *app.Env, n string) {
+func setEnvField(t *testing.T, e *process.Env, n string) {
 	t.Helper()
 	switch n {
 	case "NATS_URL":
@@ -106,20 +106,21 @@ func setEnvField(t *testing.T, e *app.Env, n string) {
 		e.DatabaseURL = "postgres://u:p@127.0.0.1:1/db?connect_timeout=1"
 	case "HTTP_ADDR":
 		e.HTTPAddr = "127.0.0.1:0"
-	case "HOTEL_URL":
-		e.HotelURL = "http://127.0.0.1:1/hotel"
-	case "PAYMENTS_URL":
-		e.PaymentsURL = "http://127.0.0.1:1/payments"
-	case "CARS_URL":
-		e.CarsURL = "http://127.0.0.1:1/cars"
-	case "MAIL_URL":
-		e.MailURL = "http://127.0.0.1:1/mail"
 	default:
-		t.Fatalf("a process requires %s, which app.Env does not know", n)
+		for step, v := range process.CompanyVars() {
+			if v == n {
+				if e.Companies == nil {
+					e.Companies = map[string]string{}
+				}
+				e.Companies[step] = "http://127.0.0.1:1/" + step
+				return
+			}
+		}
+		t.Fatalf("a process requires %s, which process.Env does not know", n)
 	}
 }
 
-// knownEnv is every variable a tripsaga process reads (app.Env, the
+// knownEnv is every variable a tripsaga process reads (process.Env, the
 // reconciler's and the simulators' own, and what stack gives each child);
 // compose.yaml may set no other.
 var knownEnv = []string{ //nolint:gochecknoglobals // read-only
@@ -373,7 +374,7 @@ func mountOf(s types.ServiceConfig, source string) (types.ServiceVolumeConfig, b
 }
 
 // TestComposeNATSIdentities (issue 9 item 1): compose's NATS server runs
-// the committed configuration of internal/natsauth, with the public keys
+// the committed configuration of natsauth, with the public keys
 // that `tripsaga nats-auth` writes into a volume before it starts; every
 // process with a NATS identity gets its own seed file of that volume as
 // NATS_CREDS (read-only), and the simulators none.

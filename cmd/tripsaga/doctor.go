@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/doctor"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/natsauth"
+	"github.com/tripsaga/tripsaga/process"
 )
 
 func doctorCmd() *cobra.Command {
@@ -67,7 +67,7 @@ the default folder .tripsaga.`,
 			if err != nil {
 				return fmt.Errorf("doctor: %w", err)
 			}
-			nc, err := app.ConnectNATS(env, natsauth.Admin, nats.Name("tripsaga-doctor"), nats.Timeout(5*time.Second))
+			nc, err := process.ConnectNATS(env, natsauth.Admin, nats.Name("tripsaga-doctor"), nats.Timeout(5*time.Second))
 			if err != nil {
 				return fmt.Errorf("doctor: %w", err)
 			}

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/natsauth"
 )
 
 // natsAuthCmd is `tripsaga nats-auth`: the NATS identities' seed files and
@@ -19,7 +19,7 @@ func natsAuthCmd() *cobra.Command {
 		Use:   "nats-auth",
 		Short: "Write a NATS user nkey seed per identity (NATS_CREDS of each process) and their public keys for a NATS server's configuration",
 		Long: `nats-auth makes, in --dir, one user nkey seed file per NATS identity of
-the catalogue (internal/natsauth: every service and admin; with STEPS, the
+the catalogue (natsauth: every service and admin; with STEPS, the
 catalogue it orders), <identity>.nk with mode 0600, keeping a valid one
 already there, and writes their public keys to --dir/nkeys.conf, which the
 server configuration (deploy/nats/nats-server.conf, or --conf) includes as

@@ -23,7 +23,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/reconciler"
 )
 
@@ -74,7 +74,7 @@ func newActionClient(dir string) (*actionClient, error) {
 // problemError is an answer of the reconciler that is not a success.
 type problemError struct {
 	Status  int
-	Problem app.Problem
+	Problem process.Problem
 }
 
 func (e *problemError) Error() string {

@@ -16,9 +16,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/tripsaga/tripsaga/internal/app"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/natsauth"
 	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/process"
 )
 
 // outboxServices are the services with an outbox; each keeps it in the
@@ -181,7 +181,7 @@ identity's, as up.env has them), or --dir of a running tripsaga up.`,
 			if err != nil {
 				return fmt.Errorf("outbox verify: %w", err)
 			}
-			nc, err := app.ConnectNATS(env, natsauth.Admin, nats.Name("tripsaga-outbox-verify"), nats.Timeout(5*time.Second))
+			nc, err := process.ConnectNATS(env, natsauth.Admin, nats.Name("tripsaga-outbox-verify"), nats.Timeout(5*time.Second))
 			if err != nil {
 				return fmt.Errorf("outbox verify: %w", err)
 			}

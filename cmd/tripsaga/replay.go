@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/replay"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/reconciler"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
@@ -163,12 +163,12 @@ func printReplay(w io.Writer, name string, stats reconciler.ReplayStats) {
 // migrated; NATS and PostgreSQL from the environment or the up running in
 // dir) and its logger, which says only what goes wrong: the result is
 // printed once at the end.
-func openReplay(cmd *cobra.Command, dir string) (*app.Process, *slog.Logger, error) {
+func openReplay(cmd *cobra.Command, dir string) (*process.Process, *slog.Logger, error) {
 	env, err := envForTool(dir, "NATS_URL", "DATABASE_URL")
 	if err != nil {
 		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
-	p, err := app.Open(cmd.Context(), "replay", reconciler.Schema, env, true, tripsql.SetSaga, tripsql.SetReconciler)
+	p, err := process.Open(cmd.Context(), "replay", reconciler.Schema, env, true, tripsql.SetSaga, tripsql.SetReconciler)
 	if err != nil {
 		return nil, nil, fmt.Errorf("replay: %w", err)
 	}

@@ -14,9 +14,9 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
-	"github.com/tripsaga/tripsaga/internal/app"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/replay"
+	"github.com/tripsaga/tripsaga/natsauth"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/reconciler"
 )
 
@@ -75,7 +75,7 @@ func runConsumerReplay(cmd *cobra.Command, dir, consumer string, f replayFlags, 
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
-	nc, err := app.ConnectNATS(env, natsauth.Admin, nats.Name("tripsaga-replay"))
+	nc, err := process.ConnectNATS(env, natsauth.Admin, nats.Name("tripsaga-replay"))
 	if err != nil {
 		return fmt.Errorf("replay: NATS: %w", err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
-	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/reconciler"
 	"github.com/tripsaga/tripsaga/services/car"
 	"github.com/tripsaga/tripsaga/services/hotel"
@@ -24,8 +24,8 @@ import (
 
 // serveRunners runs each process of `tripsaga serve <name>` (the compose
 // test asks them which variables they require).
-func serveRunners() map[string]func(context.Context, app.Env) error {
-	return map[string]func(context.Context, app.Env) error{
+func serveRunners() map[string]func(context.Context, process.Env) error {
+	return map[string]func(context.Context, process.Env) error{
 		"trips": trips.Run, "hotel": hotel.Run, "payment": payment.Run, "car": car.Run,
 		"insurance": insurance.Run, "reconciler": reconciler.Run, "sim": serveSim,
 	}
@@ -43,7 +43,7 @@ func serveCmd() *cobra.Command {
 			if !ok {
 				return fmt.Errorf("unknown process %q: want trips, hotel, payment, car, insurance, reconciler or sim", args[0])
 			}
-			env, err := app.EnvFromOS()
+			env, err := process.EnvFromOS()
 			if err != nil {
 				return err
 			}
@@ -60,7 +60,7 @@ var simMemory bool //nolint:gochecknoglobals // a flag
 
 // serveSim runs the four company simulators on HTTP_ADDR, under /hotel,
 // /payments, /cars and /mail.
-func serveSim(ctx context.Context, env app.Env) error {
+func serveSim(ctx context.Context, env process.Env) error {
 	if err := env.Require("HTTP_ADDR"); err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
@@ -78,7 +78,7 @@ func serveSim(ctx context.Context, env app.Env) error {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ready\n")) })
 	mux.Handle("GET /metrics", promhttp.Handler())
-	ln, err := app.Listen(env.HTTPAddr)
+	ln, err := process.Listen(env.HTTPAddr)
 	if err != nil {
 		return err
 	}

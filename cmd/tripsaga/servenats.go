@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/stack"
+	"github.com/tripsaga/tripsaga/process"
 )
 
 // serveNATSCmd is `tripsaga serve nats`: one NATS server with JetStream,
@@ -33,15 +33,15 @@ current (nats-server's healthz).
 
 With --config it requires its clients to be the users of that
 nats-server configuration file (tripsaga up writes D/nats-server.conf,
-the identities of internal/natsauth; compose ships the same file).`,
+the identities of natsauth; compose ships the same file).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if routes != "" {
 				n.Routes = strings.Split(routes, ",")
 			}
 			var health net.Listener
-			if addr := os.Getenv("HTTP_ADDR"); addr != "" || os.Getenv(app.ListenFDEnv) != "" {
-				l, err := app.Listen(addr)
+			if addr := os.Getenv("HTTP_ADDR"); addr != "" || os.Getenv(process.ListenFDEnv) != "" {
+				l, err := process.Listen(addr)
 				if err != nil {
 					return err
 				}
@@ -58,7 +58,7 @@ the identities of internal/natsauth; compose ships the same file).`,
 	f.StringVar(&routes, "routes", "", "comma-separated route URLs of every node (nats://127.0.0.1:6222,...)")
 	f.StringVar(&n.ClusterName, "cluster-name", stack.ClusterName, "cluster name")
 	f.StringVar(&n.StoreDir, "store", "", "JetStream store `folder` (required)")
-	f.StringVar(&n.ConfigFile, "config", "", "nats-server configuration `file` whose users (with their permissions) clients must be, as internal/natsauth makes it (tripsaga up writes one)")
+	f.StringVar(&n.ConfigFile, "config", "", "nats-server configuration `file` whose users (with their permissions) clients must be, as natsauth makes it (tripsaga up writes one)")
 	_ = cmd.MarkFlagRequired("store")
 	return cmd
 }

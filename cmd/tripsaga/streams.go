@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/natsauth"
+	"github.com/tripsaga/tripsaga/process"
 )
 
 // streamsCmd is `tripsaga streams`: the JetStream streams of the catalogue.
@@ -51,7 +51,7 @@ so processes may start in any order. A deployment that bootstraps
 explicitly runs this once before the services (compose does).
 
 It connects as the admin identity, which alone may create every stream
-(NATS_CREDS, or NATS_NKEY when NATS_CREDS is unset; internal/natsauth), to
+(NATS_CREDS, or NATS_NKEY when NATS_CREDS is unset; natsauth), to
 NATS_URL or, with --dir D, to the "tripsaga up --dir D" running there. It
 waits up to --wait for JetStream to answer (a server just started, a
 cluster electing its meta leader).`,
@@ -64,7 +64,7 @@ cluster electing its meta leader).`,
 			if err != nil {
 				return fmt.Errorf("streams apply: %w", err)
 			}
-			nc, err := app.ConnectNATS(env, natsauth.Admin, nats.Name("tripsaga-streams"), nats.Timeout(5*time.Second),
+			nc, err := process.ConnectNATS(env, natsauth.Admin, nats.Name("tripsaga-streams"), nats.Timeout(5*time.Second),
 				nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 			if err != nil {
 				return fmt.Errorf("streams apply: %w", err)
@@ -100,7 +100,7 @@ cluster electing its meta leader).`,
 func applyStreams(ctx context.Context, js jetstream.JetStream, replicas int, wait time.Duration) ([]events.StreamChange, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	if err := app.WaitJetStream(ctx, js, wait); err != nil {
+	if err := process.WaitJetStream(ctx, js, wait); err != nil {
 		return nil, err
 	}
 	for {

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/natsauth"
 )
 
 func runStreamsCmd(t *testing.T, args ...string) (string, error) {

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/stack"
+	"github.com/tripsaga/tripsaga/process"
 )
 
 // defaultUpDir is `tripsaga up`'s default --dir.
@@ -49,7 +49,7 @@ func envFromUpDir(dir string) (map[string]string, error) {
 // environment, and when that lacks one of need, a `tripsaga up` running in
 // the default folder. Errors say which variables are missing and how to
 // point at a running up.
-func envForTool(dir string, need ...string) (app.Env, error) {
+func envForTool(dir string, need ...string) (process.Env, error) {
 	if dir == "" && slices.ContainsFunc(need, func(k string) bool { return os.Getenv(k) == "" }) {
 		if _, running, _ := stack.Running(defaultUpDir); running {
 			dir = defaultUpDir
@@ -58,15 +58,15 @@ func envForTool(dir string, need ...string) (app.Env, error) {
 	if dir != "" {
 		vars, err := envFromUpDir(dir)
 		if err != nil {
-			return app.Env{}, err
+			return process.Env{}, err
 		}
 		for k, v := range vars {
 			if err := os.Setenv(k, v); err != nil {
-				return app.Env{}, err
+				return process.Env{}, err
 			}
 		}
 	}
-	env, err := app.EnvFromOS()
+	env, err := process.EnvFromOS()
 	if err != nil {
 		return env, err
 	}

@@ -25,10 +25,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/demo"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/natsauth"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/reconciler"
 )
 
@@ -73,7 +73,7 @@ func (s *system) env(p string) []string {
 	sim := s.url("sim")
 	env := []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
-		"NATS_URL=" + s.srv.ClientURL(), "DATABASE_URL=" + s.roles[p], "HTTP_ADDR=" + s.addr[p], app.ListenFDEnv + "=3",
+		"NATS_URL=" + s.srv.ClientURL(), "DATABASE_URL=" + s.roles[p], "HTTP_ADDR=" + s.addr[p], process.ListenFDEnv + "=3",
 		"STEPS=hotel,payment,car", "TRIPSAGA_INSTANCE=" + p,
 		"HOTEL_URL=" + sim + "/hotel", "PAYMENTS_URL=" + sim + "/payments", "CARS_URL=" + sim + "/cars", "MAIL_URL=" + sim + "/mail",
 		"SERVICE_URLS=trips=" + s.url("trips") + ",hotel=" + s.url("hotel") + ",payment=" + s.url("payment") + ",car=" + s.url("car"),

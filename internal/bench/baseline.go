@@ -3,7 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/natsauth"
 	"math/rand/v2"
 	"strings"
 	"sync"

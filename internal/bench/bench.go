@@ -44,11 +44,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/natssync"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
 	"github.com/tripsaga/tripsaga/internal/pgroles"
 	"github.com/tripsaga/tripsaga/internal/stack"
+	"github.com/tripsaga/tripsaga/natsauth"
 )
 
 // Config says what to measure. Zero sizes take the defaults of the

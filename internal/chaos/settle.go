@@ -17,7 +17,7 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/internal/demo"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/natsauth"
 	"github.com/tripsaga/tripsaga/services/trips"
 )
 

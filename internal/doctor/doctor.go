@@ -3,7 +3,7 @@
 // backoff, inbox limits, replay window) against the rules the guarantees
 // rest on, and returns every violation with its reason and where the rule
 // comes from. `tripsaga doctor` prints the findings; every service runs
-// [Check] at start (internal/app) and refuses to start on any finding.
+// [Check] at start (process) and refuses to start on any finding.
 //
 // The rules (each [Finding]'s Rule):
 //
@@ -146,7 +146,7 @@ type Config struct {
 	// longer.
 	InboxRetention time.Duration
 	// StreamReplicas is the replica count the process asks for when it
-	// creates streams: STREAM_REPLICAS (app.Env.StreamReplicas, 1 when
+	// creates streams: STREAM_REPLICAS (process.Env.StreamReplicas, 1 when
 	// unset; `tripsaga up --nats-cluster 3` sets 3). Services and
 	// `tripsaga doctor` set it from there; DefaultConfig says 1.
 	StreamReplicas int
@@ -157,7 +157,7 @@ type Config struct {
 }
 
 // DefaultConfig returns the configuration the services of catalogue c
-// (STEPS, app.Env.Steps) run with: its streams and inboxes, the outbox package's relay and inbox
+// (STEPS, process.Env.Steps) run with: its streams and inboxes, the outbox package's relay and inbox
 // defaults, a replay window of events.MaxAge, inbox rows kept forever, and
 // one replica per stream.
 func DefaultConfig(c events.Catalogue) Config {

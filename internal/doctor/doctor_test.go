@@ -15,8 +15,8 @@ import (
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/doctor"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/natsauth"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 

@@ -3,7 +3,7 @@
 // servers embedded in `tripsaga up`, demo, chaos, bench and the tests
 // ([Apply] on their server.Options), the cluster nodes of
 // `tripsaga serve nats` (the same), and compose's nats-server.conf
-// ([ConfBlock], written by internal/natsauth.ServerConf).
+// ([ConfBlock], written by natsauth.ServerConf).
 //
 // The policy is sync_interval: always (server.Options.SyncAlways): the
 // server fsyncs each message before its PubAck. nats-server's default

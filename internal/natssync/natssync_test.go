@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/natssync"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/natsauth"
 )
 
 // The configuration compose ships (deploy/nats/nats-server.conf, as

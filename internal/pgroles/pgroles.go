@@ -49,7 +49,7 @@ const SimRole = "sim"
 
 // Roles returns one role per service of cat (cat.Services(): its steps'
 // then its projections' services), each owning the schema of
-// its name (a service's schema is its name: app.RunStep, trips,
+// its name (a service's schema is its name: process.RunStep, trips,
 // reconciler), then [SimRole] with the simulators' schemas. A service a
 // catalogue adds gets its role from here, with nothing else to change.
 func Roles(cat events.Catalogue) []Role {

@@ -45,7 +45,7 @@ type Config struct {
 	// JetStream reaches the streams. Required.
 	JetStream jetstream.JetStream
 	// Catalogue says which streams and subjects the consumer reads.
-	// Defaults to events.Default; the command passes STEPS' (app.Env.Steps).
+	// Defaults to events.Default; the command passes STEPS' (process.Env.Steps).
 	Catalogue *events.Catalogue
 	// Consumer is the durable consumer (the service's name: hotel,
 	// payment, car, trips, reconciler). Required.

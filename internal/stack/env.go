@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/natsauth"
 )
 
 // EnvFile is the file in a stack's folder that a running stack writes

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/natsauth"
+	"github.com/tripsaga/tripsaga/process"
 )
 
 // AuthDir is the folder, in a stack's Dir, of the NATS identities: one
@@ -79,6 +79,6 @@ func (s *Stack) natsEnv(instance string) []string {
 // ConnectNATS connects to the stack's NATS as identity (a service, or
 // natsauth.Admin for a tool or a test), with the options given.
 func (s *Stack) ConnectNATS(identity string, opts ...nats.Option) (*nats.Conn, error) {
-	env := app.Env{NATSURL: s.NATSURL, NATSClient: natsauth.Client{Creds: s.Creds(identity)}}
-	return app.ConnectNATS(env, identity, append([]nats.Option{nats.Timeout(5 * time.Second)}, opts...)...)
+	env := process.Env{NATSURL: s.NATSURL, NATSClient: natsauth.Client{Creds: s.Creds(identity)}}
+	return process.ConnectNATS(env, identity, append([]nats.Option{nats.Timeout(5 * time.Second)}, opts...)...)
 }

@@ -32,7 +32,7 @@ type NATSNode struct {
 	StoreDir    string   // JetStream store
 	// ConfigFile, when set, is a nats-server configuration file whose
 	// users (authorization: nkeys and users, with their permissions) the
-	// node requires of its clients: the file internal/natsauth.ServerConf
+	// node requires of its clients: the file natsauth.ServerConf
 	// makes (up writes it into its folder; compose ships it). Routes
 	// between the nodes are not users and are not affected.
 	ConfigFile string

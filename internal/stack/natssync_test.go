@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/natssync"
+	"github.com/tripsaga/tripsaga/natsauth"
 )
 
 // Every NATS server up runs fsyncs each message before its PubAck

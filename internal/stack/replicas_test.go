@@ -24,10 +24,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/demo"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/natsauth"
+	"github.com/tripsaga/tripsaga/process"
 )
 
 func TestInstanceNamesAndPorts(t *testing.T) {
@@ -293,7 +293,7 @@ func TestNATSClusterNodeKilled(t *testing.T) {
 	cfg.Replicas = 1
 	_, err = js.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
-	require.NoError(t, app.EnsureStreams(ctx, js, events.Default, natsauth.Admin, 3, 30*time.Second))
+	require.NoError(t, process.EnsureStreams(ctx, js, events.Default, natsauth.Admin, 3, 30*time.Second))
 	require.NoError(t, events.EnsureStreamsReplicas(ctx, js, events.Default, 1))
 	dl, err = js.Stream(ctx, events.StreamDeadLetter)
 	require.NoError(t, err)

@@ -32,12 +32,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/natssync"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
 	"github.com/tripsaga/tripsaga/internal/pgroles"
 	"github.com/tripsaga/tripsaga/internal/redact"
+	"github.com/tripsaga/tripsaga/natsauth"
+	"github.com/tripsaga/tripsaga/process"
 )
 
 // Processes, in start order. The simulators come first: the services need
@@ -428,7 +428,7 @@ func (s *Stack) start(ctx context.Context) error {
 		portOf[p.For] = p.Port
 	}
 	// Every process connects to NATS as its own identity
-	// (internal/natsauth), its seed in Dir/auth.
+	// (natsauth), its seed in Dir/auth.
 	natsIDs, pubs, err := s.provisionNATS()
 	if err != nil {
 		return err
@@ -446,7 +446,7 @@ func (s *Stack) start(ctx context.Context) error {
 		}
 	}
 	// The supervisor listens on every instance's HTTP address itself and
-	// hands the socket to the process (app.ListenFDEnv): a free port
+	// hands the socket to the process (process.ListenFDEnv): a free port
 	// cannot be taken by another program before the process binds it, and
 	// a restarted process gets the same socket.
 	for _, in := range s.insts {
@@ -579,10 +579,10 @@ func (s *Stack) ensureStreams(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stack: jetstream: %w", err)
 	}
-	if err := app.WaitJetStream(ctx, js, time.Minute); err != nil {
+	if err := process.WaitJetStream(ctx, js, time.Minute); err != nil {
 		return fmt.Errorf("stack: %w", err)
 	}
-	if err := app.EnsureStreams(ctx, js, s.natsCatalogue(), natsauth.Admin, s.StreamReplicas(), time.Minute); err != nil {
+	if err := process.EnsureStreams(ctx, js, s.natsCatalogue(), natsauth.Admin, s.StreamReplicas(), time.Minute); err != nil {
 		return fmt.Errorf("stack: %w", err)
 	}
 	return nil
@@ -877,7 +877,7 @@ func (s *Stack) startChild(in *instance) error {
 		}
 		defer f.Close()
 		cmd.ExtraFiles = []*os.File{f}
-		cmd.Env = append(cmd.Env, app.ListenFDEnv+"=3")
+		cmd.Env = append(cmd.Env, process.ListenFDEnv+"=3")
 	}
 	// Own process group: a Ctrl-C at the terminal reaches the supervisor,
 	// which stops the services in order. Pdeathsig: if the supervisor itself

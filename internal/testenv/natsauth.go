@@ -9,14 +9,14 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/natsauth"
 )
 
 // credsDirs maps each embedded server started by [NATSWith] to the folder
 // of its identities' seed files.
 var credsDirs sync.Map // *server.Server -> string
 
-// identities makes opts require the NATS identities (internal/natsauth)
+// identities makes opts require the NATS identities (natsauth)
 // of the test's catalogue (STEPS; the default one when unset), unless the
 // test configured authentication itself, and returns the folder of their
 // seeds ("" when it did not).
@@ -53,7 +53,7 @@ func Creds(tb testing.TB, srv *server.Server, name string) string {
 }
 
 // Client returns how identity name connects to srv (its NATS_CREDS), to
-// put in an app.Env.
+// put in an process.Env.
 func Client(tb testing.TB, srv *server.Server, name string) natsauth.Client {
 	tb.Helper()
 	return natsauth.Client{Creds: Creds(tb, srv, name)}

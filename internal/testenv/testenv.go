@@ -2,7 +2,7 @@
 // system runs on: the public test kit (package sagatest: a private
 // PostgreSQL cluster, a database per test, embedded NATS servers with
 // JetStream) with the trip's own on top: its PostgreSQL roles
-// (internal/pgroles), its NATS identities (internal/natsauth) and its
+// (internal/pgroles), its NATS identities (natsauth) and its
 // streams. Nothing here is a mock.
 //
 // Use it from TestMain:
@@ -26,9 +26,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
 	"github.com/tripsaga/tripsaga/internal/pgroles"
+	"github.com/tripsaga/tripsaga/natsauth"
 	"github.com/tripsaga/tripsaga/sagatest"
 )
 
@@ -103,7 +103,7 @@ func NATS(tb testing.TB) *server.Server {
 
 // NATSWith is [NATS] with options changed by mod (e.g. a JetStreamMaxStore)
 // before the server starts ([sagatest.NATS]), and the system's identities
-// required (internal/natsauth; see [Connect] and [Creds]) unless mod
+// required (natsauth; see [Connect] and [Creds]) unless mod
 // configured authentication itself. It also returns the options, to
 // change and pass to the server's ReloadOptions during a test.
 func NATSWith(tb testing.TB, mod func(*server.Options)) (*server.Server, *server.Options) {

@@ -20,9 +20,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/internal/tracing"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/saga"
 	"github.com/tripsaga/tripsaga/services/car"
 	"github.com/tripsaga/tripsaga/services/hotel"
@@ -91,8 +91,8 @@ func start(t *testing.T) *system {
 	run("trips", func(ctx context.Context) error { return ts.Run(ctx, nil) })
 	mux := http.NewServeMux()
 	ts.Handler(mux)
-	// As app.Process.Serve serves it.
-	api := httptest.NewServer(tracing.Middleware("trips", mux, app.Guard(nc, app.Problems(mux))))
+	// As process.Process.Serve serves it.
+	api := httptest.NewServer(tracing.Middleware("trips", mux, process.Guard(nc, process.Problems(mux))))
 	// Cleanups run last first: the services stop before their pools close.
 	t.Cleanup(func() { api.Close(); cancel(); wg.Wait() })
 	return &system{spans: exp, tripsURL: api.URL, carsURL: simSrv.URL + "/cars"}

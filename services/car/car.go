@@ -16,7 +16,7 @@ import (
 	"context"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/saga"
 )
@@ -56,6 +56,6 @@ func TravelerCancel(baseURL string) saga.ExtraStep {
 }
 
 // Run runs the car service process.
-func Run(ctx context.Context, env app.Env) error {
-	return app.RunStep(ctx, env, Spec(env.CarsURL), saga.Builder(Build), "CARS_URL", TravelerCancel(env.CarsURL))
+func Run(ctx context.Context, env process.Env) error {
+	return process.RunStep(ctx, env, Spec(env.CompanyURL("car")), saga.Builder(Build), "CARS_URL", TravelerCancel(env.CompanyURL("car")))
 }

@@ -10,7 +10,7 @@ import (
 	"context"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/saga"
 )
@@ -48,6 +48,6 @@ func TravelerRelease(baseURL string) saga.ExtraStep {
 }
 
 // Run runs the hotel service process.
-func Run(ctx context.Context, env app.Env) error {
-	return app.RunStep(ctx, env, Spec(env.HotelURL), saga.Builder(Build), "HOTEL_URL", TravelerRelease(env.HotelURL))
+func Run(ctx context.Context, env process.Env) error {
+	return process.RunStep(ctx, env, Spec(env.CompanyURL("hotel")), saga.Builder(Build), "HOTEL_URL", TravelerRelease(env.CompanyURL("hotel")))
 }

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/saga"
 )
@@ -83,10 +83,10 @@ func TravelerVoid(baseURL string) saga.ExtraStep {
 }
 
 // Run runs the insurance service process: the step must be in STEPS.
-func Run(ctx context.Context, env app.Env) error {
-	spec, err := Spec(env.Steps(), env.InsurerURL)
+func Run(ctx context.Context, env process.Env) error {
+	spec, err := Spec(env.Steps(), env.CompanyURL("insurance"))
 	if err != nil {
 		return fmt.Errorf("insurance: %w", err)
 	}
-	return app.RunStep(ctx, env, spec, saga.Builder(Build), "INSURER_URL", TravelerVoid(env.InsurerURL))
+	return process.RunStep(ctx, env, spec, saga.Builder(Build), "INSURER_URL", TravelerVoid(env.CompanyURL("insurance")))
 }

@@ -11,7 +11,7 @@ import (
 	"context"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/saga"
 )
@@ -52,6 +52,6 @@ func TravelerRefund(baseURL string) saga.ExtraStep {
 }
 
 // Run runs the payment service process.
-func Run(ctx context.Context, env app.Env) error {
-	return app.RunStep(ctx, env, Spec(env.PaymentsURL), saga.Builder(Build), "PAYMENTS_URL", TravelerRefund(env.PaymentsURL))
+func Run(ctx context.Context, env process.Env) error {
+	return process.RunStep(ctx, env, Spec(env.CompanyURL("payment")), saga.Builder(Build), "PAYMENTS_URL", TravelerRefund(env.CompanyURL("payment")))
 }

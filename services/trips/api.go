@@ -16,7 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/process"
 )
 
 // Prefer: wait bounds (trips-api.md).
@@ -28,10 +28,10 @@ const (
 // FieldError names one invalid field of a request (events.FieldError).
 type FieldError = events.FieldError
 
-// Problem is an RFC 9457 problem details object (app.Problem).
-type Problem = app.Problem
+// Problem is an RFC 9457 problem details object (process.Problem).
+type Problem = process.Problem
 
-func writeProblem(w http.ResponseWriter, p Problem) { app.WriteProblem(w, p) }
+func writeProblem(w http.ResponseWriter, p Problem) { process.WriteProblem(w, p) }
 
 // Problem types of the trips API (trips-api.md).
 const (

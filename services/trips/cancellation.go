@@ -17,8 +17,8 @@ import (
 	"golang.org/x/text/currency"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/services/trips/internal/dbsqlc"
 )
 
@@ -102,7 +102,7 @@ const problemNotCancelable = "https://tripsaga.io/problems/trip-not-cancelable"
 // statusProblem is a 409 naming the trip's status (extension member
 // trip_status).
 type statusProblem struct {
-	app.Problem
+	process.Problem
 	TripStatus string `json:"trip_status"`
 }
 
@@ -123,7 +123,7 @@ func emptyBody(raw []byte) bool {
 func (s *Service) postCancellation(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !IsTripID(id) {
-		app.WriteNotFound(w, r, "Trip not found")
+		process.WriteNotFound(w, r, "Trip not found")
 		return
 	}
 	var errs []FieldError
@@ -151,7 +151,7 @@ func (s *Service) postCancellation(w http.ResponseWriter, r *http.Request) {
 	var refused *notCancelable
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		app.WriteNotFound(w, r, "Trip not found")
+		process.WriteNotFound(w, r, "Trip not found")
 		return
 	case errors.As(err, &refused):
 		detail := "only a confirmed trip can be canceled by the traveler; this one is " + refused.status
@@ -166,7 +166,7 @@ func (s *Service) postCancellation(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	case err != nil:
-		app.WriteError(w, r, s.log, "cancel trip", err)
+		process.WriteError(w, r, s.log, "cancel trip", err)
 		return
 	}
 	row = s.waitUntil(r.Context(), row, wait, func(st string) bool { return st != StatusCancelingByTraveler })

@@ -23,16 +23,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/process"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// api is the trips API served over HTTP as a process serves it (app.Guard
-// and app.Problems around the mux), on real PostgreSQL and NATS. The
+// api is the trips API served over HTTP as a process serves it (process.Guard
+// and process.Problems around the mux), on real PostgreSQL and NATS. The
 // service's relay, projection and mail step do not run: a POST records the
 // trip and its event, which is all these tests look at.
 type api struct {
@@ -49,7 +49,7 @@ func newAPI(t *testing.T, pool *pgxpool.Pool) *api {
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	s.Handler(mux)
-	hs := httptest.NewServer(app.Guard(nc, app.Problems(mux)))
+	hs := httptest.NewServer(process.Guard(nc, process.Problems(mux)))
 	t.Cleanup(hs.Close)
 	return &api{url: hs.URL, pool: pool, ns: ns, nc: nc}
 }
@@ -63,7 +63,7 @@ type answer struct {
 	code    int
 	header  http.Header
 	body    string
-	problem app.Problem
+	problem process.Problem
 }
 
 func (a *api) do(t *testing.T, method, path, body string, h map[string]string) answer {
@@ -113,7 +113,7 @@ func (a *api) count(t *testing.T, table string) int {
 	return n
 }
 
-func errorFields(p app.Problem) map[string]string {
+func errorFields(p process.Problem) map[string]string {
 	out := map[string]string{}
 	for _, e := range p.Errors {
 		out[e.Field] = e.Detail
@@ -258,8 +258,8 @@ func requireUnavailable(t *testing.T, ans answer, what string) {
 	t.Helper()
 	require.Equal(t, http.StatusServiceUnavailable, ans.code, "%s: %s", what, ans.body)
 	require.Equal(t, "application/problem+json", ans.header.Get("Content-Type"), what)
-	require.Equal(t, strconv.Itoa(app.RetryAfterSeconds), ans.header.Get("Retry-After"), what)
-	require.Equal(t, app.ProblemUnavailable, ans.problem.Type, what)
+	require.Equal(t, strconv.Itoa(process.RetryAfterSeconds), ans.header.Get("Retry-After"), what)
+	require.Equal(t, process.ProblemUnavailable, ans.problem.Type, what)
 }
 
 // every API call of the trips service, on a trip recorded before.
@@ -412,7 +412,7 @@ func TestRoughEdgesOfTheAPI(t *testing.T) {
 	req.Header.Set("Prefer", "wait=0")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	var p app.Problem
+	var p process.Problem
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
 	resp.Body.Close()
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tripsaga/tripsaga/internal/app"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/services/trips/internal/dbsqlc"
 )
 
@@ -45,13 +45,13 @@ func (s *Service) lookup(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		out.Items = append(out.Items, LookupHit{TripID: row.TripID, Matched: "idempotency_key"})
 	case !errors.Is(err, pgx.ErrNoRows):
-		app.WriteError(w, r, s.log, "lookup trips", err)
+		process.WriteError(w, r, s.log, "lookup trips", err)
 		return
 	}
 	if strings.Contains(q, "@") {
 		ids, err := queries.TripFindByEmail(r.Context(), s.cfg.Pool, dbsqlc.TripFindByEmailParams{Email: q, Max: lookupMax})
 		if err != nil {
-			app.WriteError(w, r, s.log, "lookup trips", err)
+			process.WriteError(w, r, s.log, "lookup trips", err)
 			return
 		}
 		for _, id := range ids {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/process"
 )
 
 // GET /ops/trips finds a trip by the Idempotency-Key of its POST, and the
@@ -24,7 +24,7 @@ func TestLookup(t *testing.T) {
 	mux := http.NewServeMux()
 	s.Handler(mux)
 	s.HandleLookup(mux)
-	hs := httptest.NewServer(app.Guard(nc, app.Problems(mux)))
+	hs := httptest.NewServer(process.Guard(nc, process.Problems(mux)))
 	t.Cleanup(hs.Close)
 	a := &api{url: hs.URL, pool: pool}
 

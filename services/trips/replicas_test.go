@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/internal/testenv"
+	"github.com/tripsaga/tripsaga/process"
 )
 
 // TestPreferWaitWakesAtAnyReplica: a traveler's POST with Prefer: wait is
@@ -31,7 +31,7 @@ func TestPreferWaitWakesAtAnyReplica(t *testing.T) {
 	go a.listenSettled(ctx)
 	mux := http.NewServeMux()
 	a.Handler(mux)
-	hs := httptest.NewServer(app.Guard(nc, app.Problems(mux)))
+	hs := httptest.NewServer(process.Guard(nc, process.Problems(mux)))
 	defer hs.Close()
 
 	type posted struct {

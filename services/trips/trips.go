@@ -35,8 +35,8 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/inbox"
-	"github.com/tripsaga/tripsaga/internal/app"
 	"github.com/tripsaga/tripsaga/outbox"
+	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/saga"
 	"github.com/tripsaga/tripsaga/services/trips/internal/dbsqlc"
@@ -282,7 +282,7 @@ func (s *Service) Check(ctx context.Context) error {
 }
 
 // Inboxes returns the service's inboxes, for readiness
-// (app.Process.AddInboxes).
+// (process.Process.AddInboxes).
 func (s *Service) Inboxes() []*inbox.Inbox { return s.inboxes }
 
 // project applies one step event to its trip, inside the inbox transaction.
@@ -557,7 +557,7 @@ func (s *Service) postTrip(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		app.WriteError(w, r, s.log, "create trip", err)
+		process.WriteError(w, r, s.log, "create trip", err)
 		return
 	}
 	row = s.waitSettled(r.Context(), row, wait)
@@ -676,16 +676,16 @@ func (s *Service) waitUntil(ctx context.Context, row dbsqlc.Trip, d time.Duratio
 func (s *Service) getTrip(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !IsTripID(id) {
-		app.WriteNotFound(w, r, "Trip not found")
+		process.WriteNotFound(w, r, "Trip not found")
 		return
 	}
 	row, err := queries.TripGet(r.Context(), s.cfg.Pool, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		app.WriteNotFound(w, r, "Trip not found")
+		process.WriteNotFound(w, r, "Trip not found")
 		return
 	}
 	if err != nil {
-		app.WriteError(w, r, s.log, "get trip", err)
+		process.WriteError(w, r, s.log, "get trip", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, tripFromRow(row))
@@ -721,7 +721,7 @@ func (s *Service) listTrips(w http.ResponseWriter, r *http.Request) {
 	}
 	rows, err := queries.TripList(r.Context(), s.cfg.Pool, dbsqlc.TripListParams{Status: status, Before: after, Max: int32(limit + 1)})
 	if err != nil {
-		app.WriteError(w, r, s.log, "list trips", err)
+		process.WriteError(w, r, s.log, "list trips", err)
 		return
 	}
 	out := struct {
@@ -739,11 +739,11 @@ func (s *Service) listTrips(w http.ResponseWriter, r *http.Request) {
 }
 
 // Run runs the trips service process.
-func Run(ctx context.Context, env app.Env) error {
+func Run(ctx context.Context, env process.Env) error {
 	if err := env.Require("NATS_URL", "DATABASE_URL", "HTTP_ADDR", "MAIL_URL"); err != nil {
 		return fmt.Errorf("trips: %w", err)
 	}
-	p, err := app.Open(ctx, "trips", "trips", env, true, tripsql.SetSaga, tripsql.SetTrips)
+	p, err := process.Open(ctx, "trips", "trips", env, true, tripsql.SetSaga, tripsql.SetTrips)
 	if err != nil {
 		return fmt.Errorf("trips: %w", err)
 	}
@@ -759,7 +759,7 @@ func Run(ctx context.Context, env app.Env) error {
 	if err != nil {
 		return fmt.Errorf("trips: %w", err)
 	}
-	s, err := New(Config{Pool: p.Pool, JetStream: p.JS, MailURL: env.MailURL, Timing: env.Timing(), Logger: p.Log, Registerer: p.Registry, Policy: &policy, NoticeAfter: noticeAfter, Catalogue: env.Steps()})
+	s, err := New(Config{Pool: p.Pool, JetStream: p.JS, MailURL: env.CompanyURL("mail"), Timing: env.Timing(), Logger: p.Log, Registerer: p.Registry, Policy: &policy, NoticeAfter: noticeAfter, Catalogue: env.Steps()})
 	if err != nil {
 		return err
 	}

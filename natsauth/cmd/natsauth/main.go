@@ -1,7 +1,7 @@
-// Command natsauth writes, from the identities internal/natsauth derives
+// Command natsauth writes, from the identities natsauth derives
 // from the event catalogue, compose's NATS server configuration
 // (deploy/nats/nats-server.conf) and SECURITY.md's NATS table. Run it from
-// the repository root (go run ./internal/natsauth/cmd/natsauth), or with
+// the repository root (go run ./natsauth/cmd/natsauth), or with
 // -root; go generate ./events runs it.
 package main
 
@@ -11,7 +11,7 @@ import (
 	"os"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/internal/natsauth"
+	"github.com/tripsaga/tripsaga/natsauth"
 )
 
 func main() {
