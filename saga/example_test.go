@@ -23,6 +23,57 @@ import (
 // TestAnotherSagaRunsOnTheMachinery (othersaga_test.go) and by
 // examples/refund's tests.
 
+// The shop's saga: reserve the stock (compensable: released), then hand
+// the parcel to the courier (the pivot). Its types are under the shop's
+// own reverse-DNS prefix.
+const (
+	OrderPlaced    = "com.example.shop.order.placed.v1"
+	StockReserved  = "com.example.shop.stock.reserved.v1"
+	StockSoldOut   = "com.example.shop.stock.sold_out.v1"
+	StockFailed    = "com.example.shop.stock.failed.v1"
+	StockReleased  = "com.example.shop.stock.released.v1"
+	ParcelTaken    = "com.example.shop.parcel.taken.v1"
+	ParcelRefused  = "com.example.shop.parcel.refused.v1"
+	ParcelFailed   = "com.example.shop.parcel.failed.v1"
+	ParcelUnstuck  = "com.example.shop.parcel.cancel_stuck.v1"
+	StreamOrders   = "ORDERS"
+	StreamStock    = "STOCK"
+	StreamShipping = "SHIPPING"
+)
+
+// ShopCatalogue declares the shop's saga (see events.Catalogue's example).
+func ShopCatalogue() events.Catalogue {
+	step := "events.StepData"
+	return events.Catalogue{
+		Start: OrderPlaced,
+		Types: []events.EventType{
+			{Type: OrderPlaced, Service: "shop", Stream: StreamOrders, Data: "Order", Describes: "a customer placed an order"},
+			{Type: StockReserved, Service: "stock", Stream: StreamStock, Data: step, Describes: "the items are reserved"},
+			{Type: StockSoldOut, Service: "stock", Stream: StreamStock, Data: step, Describes: "out of stock"},
+			{Type: StockFailed, Service: "stock", Stream: StreamStock, Data: step, Describes: "unknown at the deadline, released by key"},
+			{Type: StockReleased, Service: "stock", Stream: StreamStock, Data: step, Describes: "the reservation was released (compensation)"},
+			{Type: ParcelTaken, Service: "courier", Stream: StreamShipping, Data: step, Describes: "the courier took the parcel (pivot done)"},
+			{Type: ParcelRefused, Service: "courier", Stream: StreamShipping, Data: step, Describes: "the courier refused the parcel"},
+			{Type: ParcelFailed, Service: "courier", Stream: StreamShipping, Data: step, Describes: "unknown at the deadline, canceled by key"},
+			{Type: ParcelUnstuck, Service: "courier", Stream: StreamShipping, Data: step, Describes: "that cancel raised its incident and goes on retrying"},
+		},
+		Steps: []events.Step{
+			{
+				Name: "stock", Service: "stock", Class: events.Compensable,
+				Trigger: []string{OrderPlaced}, Publishes: []string{StockReserved, StockSoldOut, StockFailed},
+				Compensation: &events.Compensation{Name: "release", Trigger: []string{ParcelRefused, ParcelFailed, ParcelUnstuck}, Publishes: []string{StockReleased}},
+			},
+			{
+				Name: "courier", Service: "courier", Class: events.Pivot,
+				Trigger: []string{StockReserved}, Publishes: []string{ParcelTaken, ParcelRefused, ParcelFailed}, Stuck: ParcelUnstuck,
+			},
+		},
+		Projections: []events.Projection{
+			{Name: "orders", Service: "shop", Consumes: []string{StockSoldOut, StockFailed, StockReleased, ParcelTaken}},
+		},
+	}
+}
+
 // Order is the shop saga's request: what order.placed carries under
 // "request", carried on unread by every step event after it.
 type Order struct {
@@ -59,52 +110,7 @@ func (o Order) Validate() error {
 func ExampleNewService() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	// The shop's saga: reserve the stock (compensable: released), then
-	// hand the parcel to the courier (the pivot), under the shop's own
-	// reverse-DNS prefix (see events.Catalogue's example).
-	const (
-		orderPlaced    = "com.example.shop.order.placed.v1"
-		stockReserved  = "com.example.shop.stock.reserved.v1"
-		stockSoldOut   = "com.example.shop.stock.sold_out.v1"
-		stockFailed    = "com.example.shop.stock.failed.v1"
-		stockReleased  = "com.example.shop.stock.released.v1"
-		parcelTaken    = "com.example.shop.parcel.taken.v1"
-		parcelRefused  = "com.example.shop.parcel.refused.v1"
-		parcelFailed   = "com.example.shop.parcel.failed.v1"
-		parcelUnstuck  = "com.example.shop.parcel.cancel_stuck.v1"
-		streamOrders   = "ORDERS"
-		streamStock    = "STOCK"
-		streamShipping = "SHIPPING"
-	)
-	step := "events.StepData"
-	cat := events.Catalogue{
-		Start: orderPlaced,
-		Types: []events.EventType{
-			{Type: orderPlaced, Service: "shop", Stream: streamOrders, Data: "Order", Describes: "a customer placed an order"},
-			{Type: stockReserved, Service: "stock", Stream: streamStock, Data: step, Describes: "the items are reserved"},
-			{Type: stockSoldOut, Service: "stock", Stream: streamStock, Data: step, Describes: "out of stock"},
-			{Type: stockFailed, Service: "stock", Stream: streamStock, Data: step, Describes: "unknown at the deadline, released by key"},
-			{Type: stockReleased, Service: "stock", Stream: streamStock, Data: step, Describes: "the reservation was released (compensation)"},
-			{Type: parcelTaken, Service: "courier", Stream: streamShipping, Data: step, Describes: "the courier took the parcel (pivot done)"},
-			{Type: parcelRefused, Service: "courier", Stream: streamShipping, Data: step, Describes: "the courier refused the parcel"},
-			{Type: parcelFailed, Service: "courier", Stream: streamShipping, Data: step, Describes: "unknown at the deadline, canceled by key"},
-			{Type: parcelUnstuck, Service: "courier", Stream: streamShipping, Data: step, Describes: "that cancel raised its incident and goes on retrying"},
-		},
-		Steps: []events.Step{
-			{
-				Name: "stock", Service: "stock", Class: events.Compensable,
-				Trigger: []string{orderPlaced}, Publishes: []string{stockReserved, stockSoldOut, stockFailed},
-				Compensation: &events.Compensation{Name: "release", Trigger: []string{parcelRefused, parcelFailed, parcelUnstuck}, Publishes: []string{stockReleased}},
-			},
-			{
-				Name: "courier", Service: "courier", Class: events.Pivot,
-				Trigger: []string{stockReserved}, Publishes: []string{parcelTaken, parcelRefused, parcelFailed}, Stuck: parcelUnstuck,
-			},
-		},
-		Projections: []events.Projection{
-			{Name: "orders", Service: "shop", Consumes: []string{stockSoldOut, stockFailed, stockReleased, parcelTaken}},
-		},
-	}
+	cat := ShopCatalogue()
 	if err := cat.Validate(); err != nil {
 		log.Fatal(err) // wraps events.ErrInvalidCatalogue
 	}
@@ -155,7 +161,7 @@ func ExampleNewService() {
 		Spec: saga.Spec{
 			Name: "courier", Service: "courier", Class: events.Pivot,
 			Company: courier, ActiveStatus: courier.ActiveStatus,
-			OnDone: parcelTaken, OnRejected: parcelRefused, OnFailed: parcelFailed,
+			OnDone: ParcelTaken, OnRejected: ParcelRefused, OnFailed: ParcelFailed,
 			// OnStuck is taken from the catalogue (the pivot's Stuck).
 		},
 		// The company's request body, built from the carried request,
