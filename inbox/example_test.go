@@ -35,8 +35,9 @@ func ExampleNew() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	const (
-		cardCharged  = "com.example.cinema.card.charged.v1"
-		cardDeclined = "com.example.cinema.card.declined.v1"
+		bookingRequested = "com.example.cinema.booking.requested.v1"
+		cardCharged      = "com.example.cinema.card.charged.v1"
+		cardDeclined     = "com.example.cinema.card.declined.v1"
 	)
 
 	// The service's schema holds the machinery's set (the inbox's and the
@@ -86,16 +87,23 @@ func ExampleNew() {
 	}
 
 	// The relay publishes, right after the commit, the events the handler
-	// writes with outbox.Write (or relay.Write); none here.
-	relay, err := outbox.NewRelay(outbox.RelayConfig{Pool: pool, JetStream: js})
+	// writes with relay.Write (none here). Give it your saga's catalogue,
+	// whose streams it checks every event against; the default is the
+	// trip's.
+	cat := events.Catalogue{Types: []events.EventType{
+		{Type: bookingRequested, Service: "box-office", Stream: "BOOKINGS"},
+		{Type: cardCharged, Service: "card", Stream: "CARD"},
+		{Type: cardDeclined, Service: "card", Stream: "CARD"},
+	}} // yours is the whole catalogue (events.Catalogue's example)
+	relay, err := outbox.NewRelay(outbox.RelayConfig{Pool: pool, JetStream: js, Catalogue: cat})
 	if err != nil {
 		log.Fatal(err)
 	}
 	in, err := inbox.New(inbox.Config{
 		Name:           "box-office", // the durable consumer and the dedup scope
 		Stream:         "CARD",
-		FilterSubjects: []string{"card.charged.>", "card.declined.>"}, // events.Catalogue.Streams gives them
-		Types:          []string{cardCharged, cardDeclined},           // any other type is parked as unknown
+		FilterSubjects: cat.Streams([]string{cardCharged, cardDeclined})["CARD"], // card.charged.>, card.declined.>
+		Types:          []string{cardCharged, cardDeclined},                      // any other type is parked as unknown
 		Pool:           pool,
 		JetStream:      js,
 		Handler:        handler,
