@@ -87,7 +87,7 @@ func ExampleNew() {
 	}
 
 	// The relay publishes, right after the commit, the events the handler
-	// writes with relay.Write (none here). Give it your saga's catalogue,
+	// writes with outbox.Write (none here). Give it your saga's catalogue,
 	// whose streams it checks every event against; the default is the
 	// trip's.
 	cat := events.Catalogue{Types: []events.EventType{

@@ -103,8 +103,8 @@ var errTaken = errors.New("trip id taken")
 // transaction: write the event down, and the relay publishes it.
 //
 // This is the trip's start, whose types the relay's default catalogue
-// (events.Full) declares; a saga of its own writes with its relay, see
-// Relay.Write's example.
+// (events.Full) declares; a saga of its own gives its relay its catalogue
+// (RelayConfig.Catalogue), which Write inside InTx checks against.
 func ExampleUnitOfWork_InTx() {
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
@@ -171,10 +171,10 @@ func ExampleUnitOfWork_InTx() {
 	}
 }
 
-// A saga of its own writes its events with its relay: Relay.Write checks
-// them against the relay's own streams (RelayConfig.Catalogue) whatever
-// ctx holds, where outbox.Write, called before the relay runs, would
-// check them against the trip's and refuse them.
+// A saga of its own may write its events with its relay: Relay.Write
+// checks them against the relay's own streams (RelayConfig.Catalogue)
+// whatever ctx holds, where outbox.Write outside a unit of work of that
+// relay would check them against the trip's and refuse them.
 func ExampleRelay_Write() {
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
