@@ -17,10 +17,11 @@ import (
 func TestSweepWithInsurance(t *testing.T) {
 	t.Setenv(events.StepsVar, "hotel,insurance,payment,car")
 	b := setup(t, func(c *Config) {
-		c.Insurer = provider.Insurer(c.Hotel.BaseURL[:len(c.Hotel.BaseURL)-len("/hotel")] + "/insurer")
+		hotel := c.Companies["hotel"].BaseURL
+		c.Companies["insurance"] = provider.Insurer(hotel[:len(hotel)-len("/hotel")] + "/insurer")
 	})
 	b.start(t)
-	insurer := b.r.cfg.Insurer
+	insurer := b.r.cfg.Companies["insurance"]
 	insure := func(trip string) {
 		r, err := insurer.Create(context.Background(), trip+":insurance", map[string]any{
 			"trip_id": trip, "traveler": map[string]string{"name": "Ada Example", "email": "ada@example.com"},
@@ -95,11 +96,15 @@ func TestSweepWithInsurance(t *testing.T) {
 
 // A trip canceled by the traveler leaves no policy in force either.
 func TestTravelerHalfWithAPolicy(t *testing.T) {
+	r := &Reconciler{cfg: Config{Companies: map[string]*provider.Client{
+		"hotel": provider.Hotel(""), "payment": provider.Payments(""), "car": provider.Cars(""), "insurance": provider.Insurer(""),
+	}, RefundStep: "payment"}}
 	c := &companyRecords{
-		holds: map[string]int{"released": 1}, charges: map[string]int{"refunded": 1}, bookings: map[string]int{"canceled": 1},
-		policies: map[string]int{"active": 1}, refunded: 24751,
+		by: map[string]map[string]int{
+			"hotel": {"released": 1}, "payment": {"refunded": 1}, "car": {"canceled": 1}, "insurance": {"active": 1},
+		}, refunded: 24751,
 	}
-	require.Equal(t, "a policy is still active", travelerHalf(c, 24751))
-	c.policies = map[string]int{"canceled": 1}
-	require.Empty(t, travelerHalf(c, 24751))
+	require.Equal(t, "a policy is still active", r.travelerHalf(c, 24751))
+	c.by["insurance"] = map[string]int{"canceled": 1}
+	require.Empty(t, r.travelerHalf(c, 24751))
 }

@@ -60,12 +60,16 @@ type Config struct {
 	Pool *pgxpool.Pool
 	// JetStream carries the events. Required.
 	JetStream jetstream.JetStream
-	// Hotel, Payments and Cars list the companies' records
-	// ([provider.Hotel] and so on). Required.
-	Hotel, Payments, Cars *provider.Client
-	// Insurer lists the insurer's policies ([provider.Insurer]): set when
-	// the insurance step is on (STEPS names it), nil otherwise.
-	Insurer *provider.Client
+	// Companies list the companies' records, by the step whose company
+	// each is ("hotel": [provider.Hotel], ...): one for every
+	// compensable step and the pivot of Catalogue (an optional step's, the
+	// insurer's, only when it is on). Required.
+	Companies map[string]*provider.Client
+	// RefundStep is the step whose undo may refund in part, its records
+	// carrying refunded_cents (providers.md, "Partial refunds"): a trip
+	// canceled by the traveler must be refunded exactly the charge minus
+	// the fee there. Default "payment".
+	RefundStep string
 	// Interval between sweeps. Defaults to 10 s (RECONCILE_INTERVAL_MS for
 	// the process).
 	Interval time.Duration
@@ -109,18 +113,33 @@ func (c *Config) setDefaults() {
 	if len(c.Catalogue.Steps) == 0 {
 		c.Catalogue = events.Default
 	}
+	if c.RefundStep == "" {
+		c.RefundStep = "payment"
+	}
 }
 
 func (c *Config) validate() error {
 	switch {
 	case c.Pool == nil || c.JetStream == nil:
 		return fmt.Errorf("%w: Pool and JetStream are required", ErrInvalidConfig)
-	case c.Hotel == nil || c.Payments == nil || c.Cars == nil:
-		return fmt.Errorf("%w: Hotel, Payments and Cars are required", ErrInvalidConfig)
+	case c.missingCompany() != "":
+		return fmt.Errorf("%w: Companies has no client for step %s", ErrInvalidConfig, c.missingCompany())
 	case c.Interval < 0 || c.StuckAfter < 0 || c.OrphanGrace < 0:
 		return fmt.Errorf("%w: Interval, StuckAfter and OrphanGrace must not be negative", ErrInvalidConfig)
 	}
 	return nil
+}
+
+// missingCompany returns the first step of c.Catalogue that can be
+// undone or fail (a compensable step or the pivot: its company holds what
+// may be left half done) and that c.Companies has no client for, or "".
+func (c *Config) missingCompany() string {
+	for _, s := range c.Catalogue.Steps {
+		if s.Class != events.ForwardOnly && c.Companies[s.Name] == nil {
+			return s.Name
+		}
+	}
+	return ""
 }
 
 // Reconciler is the projection, the sweep and the dashboard. Create it with
@@ -336,7 +355,9 @@ func Run(ctx context.Context, env process.Env) error {
 	if err := p.ExportState(ProjectionName); err != nil {
 		return fmt.Errorf("reconciler: metrics: %w", err)
 	}
-	var insurer *provider.Client
+	companies := map[string]*provider.Client{
+		"hotel": provider.Hotel(env.CompanyURL("hotel")), "payment": provider.Payments(env.CompanyURL("payment")), "car": provider.Cars(env.CompanyURL("car")),
+	}
 	if _, on := env.Steps().Step("insurance"); on {
 		if err := env.Require("INSURER_URL"); err != nil {
 			return fmt.Errorf("reconciler: the insurance step is on: %w", err)
@@ -347,11 +368,10 @@ func Run(ctx context.Context, env process.Env) error {
 		// STEPS: trips of a version with insurance are still judged by
 		// their policies after STEPS turned it off (and a policy of a
 		// trip without it is half).
-		insurer = provider.Insurer(env.CompanyURL("insurance"))
+		companies["insurance"] = provider.Insurer(env.CompanyURL("insurance"))
 	}
 	r, err := New(Config{
-		Pool: p.Pool, JetStream: p.JS, Insurer: insurer, Catalogue: env.Steps(),
-		Hotel: provider.Hotel(env.CompanyURL("hotel")), Payments: provider.Payments(env.CompanyURL("payment")), Cars: provider.Cars(env.CompanyURL("car")),
+		Pool: p.Pool, JetStream: p.JS, Companies: companies, Catalogue: env.Steps(),
 		Interval: interval, StuckAfter: stuck, Services: services, Registerer: p.Registry, Logger: p.Log,
 	})
 	if err != nil {

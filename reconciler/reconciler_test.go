@@ -71,7 +71,9 @@ func setup(t testing.TB, mod func(*Config)) *bundle {
 	b := &bundle{pool: pool, js: js, companies: hs.URL, reg: prometheus.NewRegistry()}
 	rc := Config{
 		Pool: pool, JetStream: js,
-		Hotel: provider.Hotel(hs.URL + "/hotel"), Payments: provider.Payments(hs.URL + "/payments"), Cars: provider.Cars(hs.URL + "/cars"),
+		Companies: map[string]*provider.Client{
+			"hotel": provider.Hotel(hs.URL + "/hotel"), "payment": provider.Payments(hs.URL + "/payments"), "car": provider.Cars(hs.URL + "/cars"),
+		},
 		Interval: time.Hour, OrphanGrace: time.Nanosecond, Registerer: b.reg,
 	}
 	if mod != nil {
@@ -515,7 +517,7 @@ func TestSweep(t *testing.T) {
 		b.charge(t, "T-orphan")
 		b.sweep(t)
 		require.Len(t, b.open(t), 1)
-		b.r.cfg.Cars = provider.Cars("http://127.0.0.1:1/cars")
+		b.r.cfg.Companies["car"] = provider.Cars("http://127.0.0.1:1/cars")
 		_, err := b.r.Sweep(context.Background())
 		require.ErrorContains(t, err, "list bookings")
 		require.Len(t, b.open(t), 1, "findings left as they were")
@@ -610,7 +612,9 @@ func TestDashboardAnswers503WhilePostgreSQLIsDown(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	_, _, js := testenv.JetStream(t)
-	r, err := New(Config{Pool: pool, JetStream: js, Hotel: provider.Hotel("http://127.0.0.1:1"), Payments: provider.Payments("http://127.0.0.1:1"), Cars: provider.Cars("http://127.0.0.1:1")})
+	r, err := New(Config{Pool: pool, JetStream: js, Companies: map[string]*provider.Client{
+		"hotel": provider.Hotel("http://127.0.0.1:1"), "payment": provider.Payments("http://127.0.0.1:1"), "car": provider.Cars("http://127.0.0.1:1"),
+	}})
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	r.Register(mux)

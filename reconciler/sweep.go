@@ -116,10 +116,10 @@ type SweepResult struct {
 // LastSweep returns the result of the last sweep, or nil before the first.
 func (r *Reconciler) LastSweep() *SweepResult { return r.last.Load() }
 
-// companyRecords are one trip's records at the three companies, by status.
+// companyRecords are one trip's records at the companies, by step and
+// status.
 type companyRecords struct {
-	holds, charges, bookings map[string]int
-	policies                 map[string]int // the insurer's, with the insurance step on
+	by map[string]map[string]int // step -> status word -> records
 	// unattributed says why a record could not be joined with a trip
 	// (FindingUnattributed); such an entry stands for one record.
 	unattributed string
@@ -210,21 +210,21 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 		c := recs[v.TripID]
 		switch deref(v.Settled) {
 		case trips.StatusConfirmed:
-			if c == nil || c.holds["held"] != 1 || c.charges["charged"] != 1 || c.bookings["booked"] != 1 || !r.policiesAgree(v.Version, c, 1) {
-				fs = append(fs, found{v.TripID, FindingHalf, "confirmed by events, but the companies have " + c.describe()})
+			if !r.agree(v.Version, c, 1) {
+				fs = append(fs, found{v.TripID, FindingHalf, "confirmed by events, but the companies have " + c.describe(r.companies())})
 			}
 		case trips.StatusCanceled:
-			if c != nil && (c.holds["held"] > 0 || c.charges["charged"] > 0 || c.bookings["booked"] > 0 || !r.policiesAgree(v.Version, c, 0)) {
-				fs = append(fs, found{v.TripID, FindingHalf, "canceled by events, but the companies have " + c.describe()})
+			if c != nil && !r.agree(v.Version, c, 0) {
+				fs = append(fs, found{v.TripID, FindingHalf, "canceled by events, but the companies have " + c.describe(r.companies())})
 			}
 		case trips.StatusCanceledByTraveler:
-			if why := travelerHalf(c, v.RefundCents.Int64); why != "" {
-				fs = append(fs, found{v.TripID, FindingHalf, "canceled by the traveler by events, but " + why + "; the companies have " + c.describe()})
+			if why := r.travelerHalf(c, v.RefundCents.Int64); why != "" {
+				fs = append(fs, found{v.TripID, FindingHalf, "canceled by the traveler by events, but " + why + "; the companies have " + c.describe(r.companies())})
 			}
 		default:
 			if open := trips.OpenUndosOf(v.Version, v.Seen); len(open) > 0 {
 				fs = append(fs, found{v.TripID, FindingOpenUndo, fmt.Sprintf("%s with the undo of %s open (stuck, retried until it is done or an operator settles it); the companies have %s",
-					v.Status, strings.Join(open, ", "), c.describe())})
+					v.Status, strings.Join(open, ", "), c.describe(r.companies()))})
 				break
 			}
 			if age := now.Sub(v.LastEventAt); age > r.cfg.StuckAfter {
@@ -294,6 +294,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 // with the insurance step on), at once, and
 // groups them by trip. It returns the number of records read.
 func (r *Reconciler) listCompanies(ctx context.Context) (map[string]*companyRecords, int, error) {
+	cos := r.companies()
 	clients := r.clients()
 	lists := make([][]provider.Record, len(clients))
 	// Every company is asked even when another fails, so that the sweep
@@ -328,12 +329,11 @@ func (r *Reconciler) listCompanies(ctx context.Context) (map[string]*companyReco
 			}
 			cr := out[trip]
 			if cr == nil {
-				cr = &companyRecords{holds: map[string]int{}, charges: map[string]int{}, bookings: map[string]int{}}
+				cr = &companyRecords{}
 				out[trip] = cr
 			}
-			by := cr.of(i)
-			by[rec.Status()]++
-			if c == r.cfg.Payments && rec.Status() == c.UndoneStatus {
+			cr.of(cos[i].step)[rec.Status()]++
+			if cos[i].step == r.cfg.RefundStep && rec.Status() == c.UndoneStatus {
 				cr.refunded += refundedCents(rec)
 			}
 			if rec.Status() == c.ActiveStatus && !r.young(rec, now) {
@@ -341,7 +341,6 @@ func (r *Reconciler) listCompanies(ctx context.Context) (map[string]*companyReco
 			}
 		}
 	}
-	r.countPolicies(out)
 	return out, n, nil
 }
 
@@ -358,33 +357,6 @@ func refundedCents(rec provider.Record) int64 {
 	return 0
 }
 
-// travelerHalf says what a trip canceled by the traveler left at the
-// companies ("" when nothing): a hold held, a booking booked, or a charge
-// not refunded by exactly refund (charge minus fee; a charge left charged
-// only when refund is 0, the fee being the whole charge).
-func travelerHalf(c *companyRecords, refund int64) string {
-	if c == nil {
-		c = &companyRecords{holds: map[string]int{}, charges: map[string]int{}, bookings: map[string]int{}}
-	}
-	var why []string
-	if c.holds["held"] > 0 {
-		why = append(why, "a hold is still held")
-	}
-	if c.bookings["booked"] > 0 {
-		why = append(why, "a car is still booked")
-	}
-	if c.policies["active"] > 0 { // the insurer's, with the insurance step on
-		why = append(why, "a policy is still active")
-	}
-	switch {
-	case refund > 0 && c.charges["charged"] > 0:
-		why = append(why, fmt.Sprintf("the charge is not refunded (%d due)", refund))
-	case c.refunded != refund:
-		why = append(why, fmt.Sprintf("%d refunded, not the %d due", c.refunded, refund))
-	}
-	return strings.Join(why, ", ")
-}
-
 // young reports whether rec was created less than OrphanGrace ago.
 func (r *Reconciler) young(rec provider.Record, now time.Time) bool {
 	s, _ := rec["created_at"].(string)
@@ -392,26 +364,25 @@ func (r *Reconciler) young(rec provider.Record, now time.Time) bool {
 	return err == nil && now.Sub(t) < r.cfg.OrphanGrace
 }
 
-// describe renders what a trip has at the companies: "holds held 1,
-// charges refunded 1, bookings none".
-func (c *companyRecords) describe() string {
+// describe renders what a trip has at the companies of cos, in their
+// order: "holds held 1, charges refunded 1, bookings none".
+func (c *companyRecords) describe(cos []company) string {
 	if c == nil {
 		c = &companyRecords{}
 	}
-	part := func(name string, m map[string]int) string {
+	var parts []string
+	for _, co := range cos {
+		m := c.by[co.step]
 		if len(m) == 0 {
-			return name + " none"
+			parts = append(parts, co.c.Resource+" none")
+			continue
 		}
 		var ss []string
 		for s, n := range m {
 			ss = append(ss, fmt.Sprintf("%s %d", s, n))
 		}
 		slices.Sort(ss)
-		return name + " " + strings.Join(ss, " ")
+		parts = append(parts, co.c.Resource+" "+strings.Join(ss, " "))
 	}
-	out := part("holds", c.holds) + ", " + part("charges", c.charges) + ", " + part("bookings", c.bookings)
-	if c.policies != nil {
-		out += ", " + part("policies", c.policies)
-	}
-	return out
+	return strings.Join(parts, ", ")
 }

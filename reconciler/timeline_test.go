@@ -93,7 +93,7 @@ func TestTimeline(t *testing.T) {
 	_, err = b.pool.Exec(ctx, `INSERT INTO trip_pauses (trip_id, operator, reason, event_id) VALUES ($1, 'grace', 'card processor down', 'ev-2')`, trip)
 	require.NoError(t, err)
 	// The card processor's record of the charge.
-	res, err := b.r.cfg.Payments.Create(ctx, trip+":payment", map[string]any{
+	res, err := b.r.cfg.Companies["payment"].Create(ctx, trip+":payment", map[string]any{
 		"trip_id": trip, "card_token": "tok_visa_ok", "amount_cents": 100, "currency": "USD"})
 	require.NoError(t, err)
 	require.Equal(t, "charged", res.Status)

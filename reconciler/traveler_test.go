@@ -4,7 +4,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/provider"
 )
 
 // TestStatusOfATravelerCancellation: a confirmed trip the traveler cancels
@@ -22,10 +24,13 @@ func TestStatusOfATravelerCancellation(t *testing.T) {
 // booking or an unrefunded remainder is left, or another amount was
 // refunded than the charge minus the fee.
 func TestTravelerHalf(t *testing.T) {
+	r := &Reconciler{cfg: Config{Companies: map[string]*provider.Client{
+		"hotel": provider.Hotel(""), "payment": provider.Payments(""), "car": provider.Cars(""),
+	}, RefundStep: "payment"}}
 	recs := func(hold, charge, booking string, refunded int64) *companyRecords {
-		return &companyRecords{
-			holds: map[string]int{hold: 1}, charges: map[string]int{charge: 1}, bookings: map[string]int{booking: 1}, refunded: refunded,
-		}
+		return &companyRecords{by: map[string]map[string]int{
+			"hotel": {hold: 1}, "payment": {charge: 1}, "car": {booking: 1},
+		}, refunded: refunded}
 	}
 	for _, tc := range []struct {
 		name   string
@@ -36,13 +41,13 @@ func TestTravelerHalf(t *testing.T) {
 		{"all undone, refunded exactly", recs("released", "refunded", "canceled", 24751), 24751, ""},
 		{"the fee is the whole charge: left charged", recs("released", "charged", "canceled", 0), 0, ""},
 		{"a hold left", recs("held", "refunded", "canceled", 24751), 24751, "a hold is still held"},
-		{"a booking left", recs("released", "refunded", "booked", 24751), 24751, "a car is still booked"},
+		{"a booking left", recs("released", "refunded", "booked", 24751), 24751, "a booking is still booked"},
 		{"an unrefunded remainder", recs("released", "charged", "canceled", 0), 24751, "the charge is not refunded (24751 due)"},
 		{"refunded whole instead of the remainder", recs("released", "refunded", "canceled", 33001), 24751, "33001 refunded, not the 24751 due"},
 		{"refunded although the fee is the whole charge", recs("released", "refunded", "canceled", 100), 0, "100 refunded, not the 0 due"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.half, travelerHalf(tc.c, tc.refund))
+			require.Equal(t, tc.half, r.travelerHalf(tc.c, tc.refund))
 		})
 	}
 }

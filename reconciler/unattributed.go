@@ -54,7 +54,6 @@ func addUnattributed(out map[string]*companyRecords, c *provider.Client, rec pro
 	id := recordID(c, rec)
 	key := unattributedPrefix + c.Company + "/" + id
 	out[key] = &companyRecords{
-		holds: map[string]int{}, charges: map[string]int{}, bookings: map[string]int{},
 		unattributed: fmt.Sprintf("%s record %s %s (status %q, key %q): the sweep cannot join it with a trip",
 			c.Company, id, why, rec.Status(), rec.Key()),
 	}

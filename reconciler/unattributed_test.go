@@ -34,7 +34,7 @@ func TestSweepSaysWhatItCouldNotUse(t *testing.T) {
 		],"next":""}`)
 	}))
 	t.Cleanup(cars.Close)
-	b := setup(t, func(c *Config) { c.Cars = provider.Cars(cars.URL) })
+	b := setup(t, func(c *Config) { c.Companies["car"] = provider.Cars(cars.URL) })
 	ctx := context.Background()
 
 	res, err := b.r.Sweep(ctx)

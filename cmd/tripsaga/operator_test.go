@@ -44,7 +44,9 @@ func TestOperatorCommands(t *testing.T) {
 	companies := httptest.NewServer(sims.Handler())
 	t.Cleanup(func() { companies.Close(); sims.Close() })
 	r, err := reconciler.New(reconciler.Config{Pool: pool, JetStream: js, Interval: time.Hour,
-		Hotel: provider.Hotel(companies.URL + "/hotel"), Payments: provider.Payments(companies.URL + "/payments"), Cars: provider.Cars(companies.URL + "/cars")})
+		Companies: map[string]*provider.Client{
+			"hotel": provider.Hotel(companies.URL + "/hotel"), "payment": provider.Payments(companies.URL + "/payments"), "car": provider.Cars(companies.URL + "/cars"),
+		}})
 	require.NoError(t, err)
 	op, err := reconciler.NewOperator(reconciler.OperatorConfig{Reconciler: r, Token: "tok-1"})
 	require.NoError(t, err)
