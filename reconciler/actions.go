@@ -281,6 +281,11 @@ func (o *Operator) Act(ctx context.Context, key string, ar ActionRequest) (ev ev
 		if ar.Incident != "" && ar.Action != events.ActionResolve {
 			return ev, false, bad("incident", "only for resolve")
 		}
+		if ar.Action != events.ActionUndoLeak && ar.Action != events.ActionSettle {
+			if err := o.knownTarget(ctx, key, ar); err != nil {
+				return ev, false, err
+			}
+		}
 	}
 	if ar.DeadLetterSeq != 0 && ar.Action != events.ActionRedrive {
 		return ev, false, bad("deadletter_seq", "only for redrive")

@@ -20,11 +20,13 @@ import (
 //
 //	POST /api/actions           an action (ActionRequest); Authorization: Bearer <OPERATOR_TOKEN>, Idempotency-Key
 //	GET  /api/actions           JSON {"items":[event...]}: recorded actions, newest first; ?trip= one trip's; ?limit= (default 100)
+//	GET  /api/actions/{event_id}/outcome  JSON ActionOutcome: what the service that carries it out reported it did
 //	GET  /api/deadletters       JSON {"items":[DeadLetter...]}: the parked events, oldest first (the newest 1000)
 //	GET  /api/deadletters/{seq} JSON DeadLetter; 404 problem+json if there is none
 func (o *Operator) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/actions", o.serveAction)
 	mux.HandleFunc("GET /api/actions", o.serveActions)
+	mux.HandleFunc("GET /api/actions/{event_id}/outcome", o.serveOutcome)
 	mux.HandleFunc("GET /api/deadletters", o.serveDeadLetters)
 	mux.HandleFunc("GET /api/deadletters/{seq}", o.serveDeadLetter)
 }

@@ -27,6 +27,10 @@ func main() {
 		if errors.As(err, &ce) {
 			os.Exit(2)
 		}
+		var xe exitCodeError
+		if errors.As(err, &xe) {
+			os.Exit(xe.code)
+		}
 		os.Exit(1)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"os/user"
 	"slices"
@@ -35,6 +36,7 @@ type opFlags struct {
 	operator string
 	key      string
 	service  string
+	wait     time.Duration
 }
 
 func (f *opFlags) read(cmd *cobra.Command) {
@@ -51,6 +53,7 @@ func (f *opFlags) act(cmd *cobra.Command, needService bool) {
 	cmd.Flags().StringVar(&f.reason, "reason", "", "why (required; recorded with the action)")
 	cmd.Flags().StringVar(&f.operator, "operator", def, "who asks (recorded with the action)")
 	cmd.Flags().StringVar(&f.key, "key", "", "Idempotency-Key of the action (default: a new one); the same key again acts once")
+	cmd.Flags().DurationVar(&f.wait, "wait", 30*time.Second, "how long to wait for the service to report what it did (0: do not wait); exit 0 done, 1 refused or nothing done, 3 not reported in time")
 	if needService {
 		cmd.Flags().StringVar(&f.service, "service", "", "the service that carries it out: hotel, payment or car (required)")
 	}
@@ -170,8 +173,59 @@ func runAction(cmd *cobra.Command, f *opFlags, ar reconciler.ActionRequest) erro
 	_ = ev.DataAs(&d)
 	fmt.Fprintf(w, "%s of trip %s asked of %s by %s (%s): event %s, Idempotency-Key %s\n",
 		d.Action, d.TripID, d.Service, d.Operator, d.Reason, ev.ID(), key)
-	fmt.Fprintf(w, "on stream %s; %s carries it out (see `tripsaga timeline %s`)\n", events.StreamOperator, d.Service, d.TripID)
-	return nil
+	if f.wait <= 0 {
+		fmt.Fprintf(w, "recorded on stream %s; %s carries it out (see `tripsaga timeline %s`)\n", events.StreamOperator, d.Service, d.TripID)
+		return nil
+	}
+	return waitOutcome(cmd.Context(), w, c, ev.ID(), d, f.wait)
+}
+
+// exitCodeError ends the command with its code (main): 1 an action
+// refused or that did nothing, 3 one not reported in time.
+type exitCodeError struct {
+	code int
+	err  error
+}
+
+func (e exitCodeError) Error() string { return e.err.Error() }
+func (e exitCodeError) Unwrap() error { return e.err }
+
+// waitOutcome waits up to wait for the service to report what it did of
+// the recorded action id (GET /api/actions/{id}/outcome), prints it, and
+// returns an exitCodeError when it refused the action or changed nothing
+// (1), or did not report it in time (3: it is recorded and will be
+// carried out once the service consumes it).
+func waitOutcome(ctx context.Context, w io.Writer, c *actionClient, id string, d events.OperatorActionData, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var out reconciler.ActionOutcome
+	for {
+		err := c.do(ctx, http.MethodGet, "/api/actions/"+url.PathEscape(id)+"/outcome", nil, nil, &out)
+		if err == nil && out.Reported {
+			fmt.Fprintf(w, "%s: %s\n", d.Service, out.Effect)
+			if !out.Done {
+				return exitCodeError{1, fmt.Errorf("%s of trip %s: %s did nothing: %s", d.Action, d.TripID, d.Service, out.Effect)}
+			}
+			return nil
+		}
+		if err == nil && out.Unread != "" && strings.Contains(out.Unread, "is not known") {
+			fmt.Fprintf(w, "recorded on stream %s; %s carries it out, but what it did cannot be read here (%s): see `tripsaga timeline %s`\n",
+				events.StreamOperator, d.Service, out.Unread, d.TripID)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			why := "not reported yet"
+			if err != nil {
+				why = err.Error()
+			} else if out.Unread != "" {
+				why = out.Unread
+			}
+			return exitCodeError{3, fmt.Errorf("%s of trip %s is recorded, but %s has not reported what it did within %s (%s); it carries it out once it consumes stream %s: see `tripsaga timeline %s`",
+				d.Action, d.TripID, d.Service, wait, why, events.StreamOperator, d.TripID)}
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
 }
 
 func incidentsCmd() *cobra.Command {

@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,4 +123,79 @@ func TestOperatorCommands(t *testing.T) {
 	evs, err := op.Actions(ctx, "T-cli-1", 10)
 	require.NoError(t, err)
 	require.Len(t, evs, 3, "pause, resolve and settle recorded, once each")
+}
+
+// The commands wait for what the service reports it did and exit by it:
+// 1 when it refused the action, 3 when it did not report it in time.
+func TestActionExitCodes(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := testenv.SchemaPool(t, reconciler.Schema, tripsql.SetSaga, tripsql.SetReconciler)
+	_, _, js := testenv.JetStream(t)
+	require.NoError(t, events.EnsureStreams(ctx, js, events.Default))
+	var mu sync.Mutex
+	effect := ""
+	var lastEvent atomic.Value // the action whose effect the fake reports
+	svc := http.NewServeMux()
+	svc.HandleFunc("GET /steps/{trip}", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"items":[{"trip_id":"`+r.PathValue("trip")+`","step":"payment","status":"compensating"}]}`)
+	})
+	svc.HandleFunc("GET /operator/{trip}", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if effect == "" {
+			_, _ = io.WriteString(w, `{"items":[]}`)
+			return
+		}
+		// The fake reports the effect for the action the test recorded.
+		_, _ = fmt.Fprintf(w, `{"items":[{"event_id":%q,"trip_id":%q,"effect":%q}]}`, lastEvent.Load(), r.PathValue("trip"), effect)
+	})
+	payment := httptest.NewServer(svc)
+	t.Cleanup(payment.Close)
+	r, err := reconciler.New(reconciler.Config{Pool: pool, JetStream: js, Interval: time.Hour,
+		Companies: map[string]*provider.Client{"hotel": provider.Hotel("http://127.0.0.1:1"), "payment": provider.Payments("http://127.0.0.1:1"), "car": provider.Cars("http://127.0.0.1:1")},
+		Services:  map[string]string{"payment": payment.URL}})
+	require.NoError(t, err)
+	op, err := reconciler.NewOperator(reconciler.OperatorConfig{Reconciler: r, Token: "tok-2"})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	op.Register(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	t.Setenv("RECONCILER_URL", srv.URL)
+	t.Setenv("OPERATOR_TOKEN", "tok-2")
+
+	// Not reported within --wait: recorded, exit 3.
+	out, err := runCmd(t, incidentsCmd(), "retry", "T-exit-1", "--service", "payment", "--reason", "r", "--wait", "300ms", "--key", "X-1")
+	var xe exitCodeError
+	require.ErrorAs(t, err, &xe, out)
+	require.Equal(t, 3, xe.code)
+	require.ErrorContains(t, err, "has not reported what it did")
+	lastEvent.Store(eventIDIn(t, out))
+
+	// Refused by the service: exit 1, its words printed.
+	mu.Lock()
+	effect = "refused: step payment is forward-only, never undone"
+	mu.Unlock()
+	out, err = runCmd(t, incidentsCmd(), "retry", "T-exit-1", "--service", "payment", "--reason", "r", "--key", "X-1")
+	require.ErrorAs(t, err, &xe, out)
+	require.Equal(t, 1, xe.code)
+	require.Contains(t, out, "payment: refused: step payment is forward-only")
+
+	// Done: exit 0.
+	mu.Lock()
+	effect = "1 unfinished step(s) due now"
+	mu.Unlock()
+	out, err = runCmd(t, incidentsCmd(), "retry", "T-exit-1", "--service", "payment", "--reason", "r", "--key", "X-1")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "payment: 1 unfinished step(s) due now")
+}
+
+// eventIDIn returns the event id of the action a command printed
+// ("...: event <id>, Idempotency-Key ...").
+func eventIDIn(t *testing.T, out string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(out, ": event ")
+	require.True(t, ok, out)
+	id, _, _ := strings.Cut(rest, ",")
+	return id
 }

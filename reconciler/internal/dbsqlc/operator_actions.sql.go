@@ -12,6 +12,29 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const operatorActionGet = `-- name: OperatorActionGet :one
+SELECT event_id, idempotency_key, fingerprint, action, trip_id, service, operator, reason, deadletter_seq, event, created_at FROM operator_actions WHERE event_id = $1
+`
+
+func (q *Queries) OperatorActionGet(ctx context.Context, db DBTX, eventID string) (OperatorAction, error) {
+	row := db.QueryRow(ctx, operatorActionGet, eventID)
+	var i OperatorAction
+	err := row.Scan(
+		&i.EventID,
+		&i.IdempotencyKey,
+		&i.Fingerprint,
+		&i.Action,
+		&i.TripID,
+		&i.Service,
+		&i.Operator,
+		&i.Reason,
+		&i.DeadletterSeq,
+		&i.Event,
+		&i.CreatedAt,
+	)
+	return i, err
+}
+
 const operatorActionGetByKey = `-- name: OperatorActionGetByKey :one
 SELECT event_id, idempotency_key, fingerprint, action, trip_id, service, operator, reason, deadletter_seq, event, created_at FROM operator_actions WHERE idempotency_key = $1
 `

@@ -21,3 +21,6 @@ LIMIT @max;
 SELECT deadletter_seq, event_id FROM operator_actions
 WHERE action = 'redrive' AND deadletter_seq = ANY(@seqs::bigint[])
 ORDER BY created_at;
+
+-- name: OperatorActionGet :one
+SELECT * FROM operator_actions WHERE event_id = @event_id;
