@@ -59,22 +59,32 @@ func (o *Operator) Outcome(ctx context.Context, id string) (ActionOutcome, error
 		return ActionOutcome{}, fmt.Errorf("action %s: %w", id, err)
 	}
 	out := ActionOutcome{EventID: row.EventID, Action: row.Action, TripID: row.TripID, Service: row.Service}
-	base, ok := o.r.cfg.Services[row.Service]
-	if !ok {
+	if base, ok := o.r.cfg.Services[row.Service]; !ok {
 		out.Unread = fmt.Sprintf("the URL of %s is not known (%s)", row.Service, ServiceURLsEnv)
-		return out, nil
+	} else {
+		var log operatorLog
+		var nf *notFoundError
+		if err := getJSON(ctx, base+"/operator/"+url.PathEscape(row.TripID), &log); err != nil && !errors.As(err, &nf) {
+			out.Unread = fmt.Sprintf("%s operator log: %v", row.Service, err)
+		}
+		if i := slices.IndexFunc(log.Items, func(e saga.OperatorEntry) bool { return e.EventID == id }); i >= 0 {
+			e := log.Items[i]
+			out.Reported, out.Effect, out.At, out.Done = true, e.Effect, e.At, !EffectDidNothing(e.Effect)
+			return out, nil
+		}
 	}
-	var log operatorLog
-	if err := getJSON(ctx, base+"/operator/"+url.PathEscape(row.TripID), &log); err != nil {
-		out.Unread = fmt.Sprintf("%s operator log: %v", row.Service, err)
-		return out, nil
+	// A service that cannot carry the action out parks it (a re-drive of
+	// an event it still cannot decode, say): that is its outcome too.
+	dls, err := o.DeadLetters(ctx)
+	if err != nil {
+		return out, nil // the dead letters not readable now: not reported yet
 	}
-	i := slices.IndexFunc(log.Items, func(e saga.OperatorEntry) bool { return e.EventID == id })
-	if i < 0 {
-		return out, nil
+	for _, d := range dls {
+		if d.Stream == events.StreamOperator && d.EventID == id && d.Consumer == row.Service {
+			out.Reported, out.At, out.Done, out.Unread = true, d.Time, false, ""
+			out.Effect = fmt.Sprintf("parked by %s on %s: %s", d.Consumer, events.StreamDeadLetter, d.Reason)
+		}
 	}
-	e := log.Items[i]
-	out.Reported, out.Effect, out.At, out.Done = true, e.Effect, e.At, !EffectDidNothing(e.Effect)
 	return out, nil
 }
 

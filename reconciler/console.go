@@ -52,11 +52,26 @@ func (r *Reconciler) serveTimeline(w http.ResponseWriter, req *http.Request) {
 		process.WriteError(w, req, r.log, "reconciler: timeline "+trip, err)
 		return
 	}
-	if t.View == nil && len(t.Entries) == 0 {
+	if t.unknown() {
 		process.WriteNotFound(w, req, "Trip not found")
 		return
 	}
 	writeJSON(w, http.StatusOK, t)
+}
+
+// unknown reports whether nothing at all is known of t's trip: no view,
+// no entry, no finding and no record at any company (the timeline then
+// answers 404).
+func (t Timeline) unknown() bool {
+	if t.View != nil || len(t.Entries) > 0 || len(t.Findings) > 0 {
+		return false
+	}
+	for _, r := range t.Records {
+		if r.Record != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // timelinePage is the data of the timeline page.
@@ -96,7 +111,7 @@ func (r *Reconciler) serveTimelinePage(w http.ResponseWriter, req *http.Request)
 		p.Rows = append(p.Rows, row)
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if t.View == nil && len(t.Entries) == 0 {
+	if t.unknown() {
 		w.WriteHeader(http.StatusNotFound)
 	}
 	if err := r.pages.ExecuteTemplate(w, "timeline", p); err != nil {
@@ -290,8 +305,23 @@ var consoleFuncs = template.FuncMap{ //nolint:gochecknoglobals // read-only
 		return out
 	},
 	"settles": settleOutcomes,
+	"todo":    FindingToDo,
 	"owner":   func(step string) string { return step },
 }
+
+// findingToDo is what an operator does about each kind of finding
+// (docs/console.md's table, in one sentence each).
+var findingToDo = map[string]string{ //nolint:gochecknoglobals // read-only
+	FindingStuck:        "read where it stopped above: an open incident (fix the company side, then retry now), a parked event (fix what its reason says, then re-drive it), or a consumer that lags (is its process up?)",
+	FindingHalf:         "compare the records below with the events: a record in force that should not be is a leak, undo the leak at its service; a record missing on a confirmed trip needs a person (rebook, or cancel and refund by hand)",
+	FindingOrphan:       "search the record's id: if no trip owns it, undo the leak at its service; if one does, the view is behind (consumer lag) or was rebuilt (tripsaga replay reconciler)",
+	FindingOpenUndo:     "fix the company side and retry now, or do the undo by hand and settle it undone: the trip then settles canceled, one mail",
+	FindingUnattributed: "look the record up at the company by its id, and undo it there by its key if it is a leak: no trip can own it",
+}
+
+// FindingToDo returns what an operator does about a finding of kind, in
+// one sentence ("" for a kind it does not know).
+func FindingToDo(kind string) string { return findingToDo[kind] }
 
 // consolePagesOf returns the console's pages for a system running
 // catalogue c: who carries out actions ("actors") and which service owns
@@ -395,8 +425,8 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 <button class="action resolve" data-needs-reason="1" data-key="{{key}}" data-body='{{json (dict "action" "resolve" "trip" $trip "service" (owner .Step) "incident" .Kind)}}' onclick="act(this)">resolve</button>
 {{$inc := .}}{{range settles .Kind}}<button class="action settle" data-needs-reason="1" data-key="{{key}}" data-body='{{json (dict "action" "settle" "trip" $trip "service" (owner $inc.Step) "step" $inc.Step "outcome" .)}}' onclick="act(this)" title="a person did it by hand: the retries stop, its event is published">settle: {{.}} by hand</button> {{end}}{{end}}</td></tr>
 {{end}}</table>{{end}}
-{{with open .Findings}}<h2>Open findings</h2><table id="findings"><tr><th>kind</th><th>detail</th><th>first seen</th><th></th></tr>
-{{range .}}<tr><td class="{{.Kind}}">{{.Kind}}</td><td>{{.Detail}}</td><td>{{.FirstSeen.Format "15:04:05"}}</td>
+{{with open .Findings}}<h2>Open findings</h2><table id="findings"><tr><th>kind</th><th>detail</th><th>first seen</th><th>what to do</th><th></th></tr>
+{{range .}}<tr><td class="{{.Kind}}">{{.Kind}}</td><td>{{.Detail}}</td><td>{{.FirstSeen.Format "15:04:05"}}</td><td class="todo">{{todo .Kind}}</td>
 <td>{{if or (eq .Kind "orphan") (eq .Kind "half")}}undo the leak at: {{range actors}}<button class="action undo-leak" data-needs-reason="1" data-key="{{key}}" data-body='{{json (dict "action" "undo_leak" "trip" $trip "service" .)}}' onclick="act(this)">{{.}}</button> {{end}}{{end}}</td></tr>{{end}}</table>{{end}}
 <h2>Timeline</h2>
 <table id="timeline"><tr><th>time (UTC)</th><th>+</th>{{range .Columns}}<th>{{.}}</th>{{end}}</tr>
@@ -406,7 +436,7 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 {{else}}<tr><td colspan="{{len .Columns}}">No event, step or incident of this trip was found.</td></tr>{{end}}</table>
 <h2>The companies' records now</h2>
 <table id="records"><tr><th>company</th><th>key</th><th>record</th></tr>
-{{range .Records}}<tr><td>{{.Company}} ({{.Resource}})</td><td>{{if .Key}}<code>{{.Key}}</code>{{else}}no step row{{end}}</td><td>{{if .Error}}not read: {{.Error}}{{else if .Record}}<b>{{index .Record "status"}}</b> <pre>{{json .Record}}</pre>{{else}}none{{end}}</td></tr>{{end}}</table>
+{{range .Records}}<tr><td>{{.Company}} ({{.Resource}})</td><td>{{if .Key}}<code>{{.Key}}</code>{{if eq .KeyFrom "convention"}} (no step row read: asked by the step's key){{end}}{{else}}none to ask by{{end}}</td><td>{{if .Error}}not read: {{.Error}}{{else if .Record}}<b>{{index .Record "status"}}</b> <pre>{{json .Record}}</pre>{{else if .None}}none: the company has no record of this key{{else}}not asked{{end}}</td></tr>{{end}}</table>
 {{if .Steps}}<h2>Step log</h2>
 <table id="steps"><tr><th>step</th><th>status</th><th>outcome</th><th>company record</th><th>attempts</th><th>undo attempts</th><th>last error</th><th>created</th><th>finished</th><th>undone</th></tr>
 {{range .Steps}}<tr><td>{{.Step}}</td><td>{{.Status}}</td><td>{{.Outcome}}</td><td>{{.CompanyRef}}</td><td>{{.Attempts}}</td><td>{{.UndoAttempts}}</td><td>{{.LastError}}</td><td>{{.CreatedAt.Format "15:04:05.000"}}</td><td>{{with .FinishedAt}}{{.Format "15:04:05.000"}}{{end}}</td><td>{{with .UndoneAt}}{{.Format "15:04:05.000"}}{{end}}</td></tr>{{end}}</table>{{end}}

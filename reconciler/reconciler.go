@@ -70,6 +70,11 @@ type Config struct {
 	// canceled by the traveler must be refunded exactly the charge minus
 	// the fee there. Default "payment".
 	RefundStep string
+	// KeyNames are the names the steps' Idempotency-Keys use where they
+	// are not the step's ("payment": "charge", providers.md): the trip
+	// page asks a company by "<trip>:<name>" when no step row gives the
+	// key. Default {"payment": "charge"}.
+	KeyNames map[string]string
 	// Interval between sweeps. Defaults to 10 s (RECONCILE_INTERVAL_MS for
 	// the process).
 	Interval time.Duration
@@ -115,6 +120,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RefundStep == "" {
 		c.RefundStep = "payment"
+	}
+	if c.KeyNames == nil {
+		c.KeyNames = map[string]string{"payment": "charge"}
 	}
 }
 

@@ -90,13 +90,27 @@ type Entry struct {
 // row: the step never started, or its service's log was not read), Error
 // says why it could not be read.
 type CompanyRecord struct {
-	Company  string          `json:"company"`
-	Step     string          `json:"step"`
-	Key      string          `json:"key"`
-	Record   provider.Record `json:"record,omitempty"`
-	Error    string          `json:"error,omitempty"`
-	Resource string          `json:"resource"`
+	Company string `json:"company"`
+	Step    string `json:"step"`
+	Key     string `json:"key"`
+	// KeyFrom says where Key came from: the step's log row
+	// ([KeyFromStepLog]), or, without one, the key the step uses
+	// ([KeyFromConvention]).
+	KeyFrom string          `json:"key_from"`
+	Record  provider.Record `json:"record,omitempty"`
+	// None is true when the company answered that it has no record of
+	// Key (404); Error says why it could not be read. With neither and
+	// no Record, the company was not asked.
+	None     bool   `json:"none,omitempty"`
+	Error    string `json:"error,omitempty"`
+	Resource string `json:"resource"`
 }
+
+// Where a [CompanyRecord]'s key came from.
+const (
+	KeyFromStepLog    = "step log"
+	KeyFromConvention = "convention"
+)
 
 // timelineMaxEvents bounds the events read per stream for one trip.
 const timelineMaxEvents = 1000
@@ -291,6 +305,11 @@ func timelineColumns(c events.Catalogue, es []Entry, services []string) []string
 // stoppedAt says where the trip is, in one sentence.
 func stoppedAt(t Timeline) string {
 	if t.View == nil && len(t.Entries) == 0 {
+		for _, f := range t.Findings {
+			if f.ResolvedAt == nil {
+				return "no event of this trip was seen, but the sweep found it " + f.Kind + ": " + f.Detail
+			}
+		}
 		return "nothing is known of this trip"
 	}
 	var b strings.Builder

@@ -204,41 +204,33 @@ func stepEntries(service string, steps []saga.StepView, incs []saga.Incident) []
 	return out
 }
 
-// companyStep names the step that calls each company ([provider.Client]
-// Company), where it is not the company's own name.
-var companyStep = map[string]string{"payments": "payment", "cars": "car", "insurer": "insurance"} //nolint:gochecknoglobals // read-only
-
 // companyRecords reads each company's record of the trip, by the
-// Idempotency-Key of the step's log row; without a row there is no key to
-// ask by.
+// Idempotency-Key of the step's log row or, without one (the step log not
+// read, or no row: an orphan), by the key the step would have used,
+// "<trip>:<KeyNames[step] or step>"; each says which it was asked by and
+// what came back: the record, none (404), or why it was not read.
 func (r *Reconciler) companyRecords(ctx context.Context, trip string, steps []saga.StepView) []CompanyRecord {
-	type company struct {
-		step string
-		c    *provider.Client
-	}
-	var companies []company
-	for _, c := range r.clients() { // the insurer's too with the insurance step on
-		companies = append(companies, company{cmp.Or(companyStep[c.Company], c.Company), c})
-	}
-	out := make([]CompanyRecord, len(companies))
+	cos := r.companies()
+	out := make([]CompanyRecord, len(cos))
 	var wg sync.WaitGroup
-	for i, co := range companies {
-		key := ""
+	for i, co := range cos {
+		key, from := "", KeyFromStepLog
 		for _, s := range steps {
 			if s.Step == co.step && s.IdempotencyKey != "" {
 				key = s.IdempotencyKey
 			}
 		}
-		out[i] = CompanyRecord{Company: co.c.Company, Step: co.step, Key: key, Resource: co.c.Resource}
 		if key == "" {
-			continue // the step never started, or its log was not read (Unread says so)
+			key, from = trip+":"+cmp.Or(r.cfg.KeyNames[co.step], co.step), KeyFromConvention
 		}
+		out[i] = CompanyRecord{Company: co.c.Company, Step: co.step, Key: key, KeyFrom: from, Resource: co.c.Resource}
 		wg.Go(func() {
 			var rec provider.Record
 			err := getJSON(ctx, co.c.BaseURL+"/"+co.c.Resource+"/"+url.PathEscape(key), &rec)
 			var nf *notFoundError
 			switch {
 			case errors.As(err, &nf):
+				out[i].None = true
 			case err != nil:
 				out[i].Error = err.Error()
 			default:

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"encoding/json"
+	"html/template"
 	"io"
 	"log/slog"
 	"net/http"
@@ -236,4 +237,39 @@ func TestPercentiles(t *testing.T) {
 	require.Equal(t, AnswerTimes{N: 100, P50: 50 * time.Millisecond, P95: 95 * time.Millisecond, P99: 99 * time.Millisecond}, at)
 	require.Equal(t, AnswerTimes{}, percentiles(nil))
 	require.Equal(t, AnswerTimes{N: 1, P50: 7 * time.Millisecond, P95: 7 * time.Millisecond, P99: 7 * time.Millisecond}, percentiles([]sample{{time.Now(), .007}}))
+}
+
+// Issue 19 item 1: the page of an orphan (a hold for a trip nobody
+// requested) asks the hotel by the step's key though no step row gives
+// it, and says what it holds, that the sweep found it and what to do,
+// instead of "nothing is known" and "none".
+func TestTimelineOfAnOrphan(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil) // no SERVICE_URLS: no step log is read
+	trip := "T-orphan-page"
+	b.hold(t, trip)
+	b.sweep(t)
+	tl, err := b.r.Timeline(context.Background(), trip)
+	require.NoError(t, err)
+	recs := map[string]CompanyRecord{}
+	for _, r := range tl.Records {
+		recs[r.Step] = r
+	}
+	require.Equal(t, trip+":hotel", recs["hotel"].Key)
+	require.Equal(t, KeyFromConvention, recs["hotel"].KeyFrom)
+	require.Equal(t, "held", recs["hotel"].Record.Status(), "the hold the finding names, read by its key")
+	require.Equal(t, trip+":charge", recs["payment"].Key, "the card step's key is named charge")
+	require.True(t, recs["payment"].None, "asked, and the card processor has none")
+	require.Contains(t, tl.Stopped, "the sweep found it orphan")
+
+	mux := http.NewServeMux()
+	b.r.Register(mux)
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	code, page := getBody(t, hs.URL+"/trips/"+trip)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "<b>held</b>")
+	require.Contains(t, page, "none: the company has no record of this key")
+	require.Contains(t, page, template.HTMLEscapeString(FindingToDo(FindingOrphan)))
+	require.NotContains(t, page, "nothing is known of this trip")
 }

@@ -190,22 +190,26 @@ func printTimeline(w io.Writer, t reconciler.Timeline) {
 	_ = tw.Flush()
 	fmt.Fprintln(w, "\ncompanies' records now:")
 	for _, r := range t.Records {
-		state := "none"
+		state := "not asked"
 		switch {
 		case r.Error != "":
 			state = "not read: " + r.Error
 		case r.Record != nil:
 			state = r.Record.Status()
+		case r.None:
+			state = "none (no record of this key)"
 		}
 		key := r.Key
 		if key == "" {
-			key = "(no step row)"
+			key = "(none to ask by)"
+		} else if r.KeyFrom == reconciler.KeyFromConvention {
+			key += " (no step row read)"
 		}
 		fmt.Fprintf(w, "  %-9s %-9s %-40s %s\n", r.Company, r.Resource, key, state)
 	}
 	for _, f := range t.Findings {
 		if f.ResolvedAt == nil {
-			fmt.Fprintf(w, "finding %s: %s\n", f.Kind, f.Detail)
+			fmt.Fprintf(w, "finding %s: %s\n  what to do: %s\n", f.Kind, f.Detail, reconciler.FindingToDo(f.Kind))
 		}
 	}
 }
