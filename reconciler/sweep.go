@@ -324,7 +324,12 @@ func (r *Reconciler) listCompanies(ctx context.Context) (map[string]*companyReco
 			n++
 			trip := rec.TripID()
 			if why := unattributed(rec); why != "" {
-				addUnattributed(out, c, rec, why)
+				// Only one that may be in force is a finding: an undone
+				// or rejected record leaves nothing to undo, so the
+				// finding of a record canceled at the company closes.
+				if st := rec.Status(); st != c.UndoneStatus && (c.RejectedStatus == "" || st != c.RejectedStatus) {
+					addUnattributed(out, c, rec, why)
+				}
 				continue
 			}
 			cr := out[trip]

@@ -21,6 +21,8 @@ import (
 func TestSweepSaysWhatItCouldNotUse(t *testing.T) {
 	t.Parallel()
 	var down atomic.Bool
+	var b3 atomic.Value // B-3's status at the cars company
+	b3.Store("booked")
 	cars := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if down.Load() {
 			http.Error(w, "maintenance", http.StatusServiceUnavailable)
@@ -30,7 +32,8 @@ func TestSweepSaysWhatItCouldNotUse(t *testing.T) {
 		_, _ = io.WriteString(w, `{"items":[
 			{"booking_id":"B-1","idempotency_key":"K-1","status":"booked"},
 			{"booking_id":"B-2","idempotency_key":"K-2","status":"booked","trip_id":42},
-			{"booking_id":"B-3","idempotency_key":"K-3","status":"canceled","trip_id":"not a trip"}
+			{"booking_id":"B-3","idempotency_key":"K-3","status":"`+b3.Load().(string)+`","trip_id":"not a trip"},
+			{"booking_id":"B-4","idempotency_key":"K-4","status":"canceled"}
 		],"next":""}`)
 	}))
 	t.Cleanup(cars.Close)
@@ -39,7 +42,7 @@ func TestSweepSaysWhatItCouldNotUse(t *testing.T) {
 
 	res, err := b.r.Sweep(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 3, res.Open[FindingUnattributed])
+	require.Equal(t, 3, res.Open[FindingUnattributed], "B-4 is canceled: nothing of it is in force")
 	fs, err := b.r.Findings(ctx, false)
 	require.NoError(t, err)
 	got := map[string]string{}
@@ -87,6 +90,19 @@ func TestSweepSaysWhatItCouldNotUse(t *testing.T) {
 	_, err = b.r.Sweep(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 0.0, gauge(t, b.r.metrics.unreadable.WithLabelValues("cars")))
+
+	// Issue 19 item 4: B-3 canceled at the company leaves nothing in
+	// force, and its finding closes by itself at the next sweep.
+	b3.Store("canceled")
+	res, err = b.r.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Open[FindingUnattributed])
+	require.Equal(t, 1, res.Resolved)
+	fs, err = b.r.Findings(ctx, false)
+	require.NoError(t, err)
+	for _, f := range fs {
+		require.NotEqual(t, "?cars/B-3", f.TripID)
+	}
 }
 
 func gauge(t *testing.T, g prometheus.Gauge) float64 {
