@@ -40,6 +40,13 @@ const (
 	// Only a step that is stuck (an undo or a step that raised its
 	// incident and is still unfinished) is settled, once.
 	ActionSettle = "settle"
+	// ActionDismiss closes one of the reconciler's open findings as seen
+	// by a person, with why (Finding names it, Incident its kind): it no
+	// longer counts as open while what it names still holds (the sweep
+	// does not raise it again), and is resolved for good once it does
+	// not. The reconciler carries it out itself, when it records it
+	// (Service "reconciler").
+	ActionDismiss = "dismiss"
 )
 
 // Outcomes of [ActionSettle] ([OperatorActionData.Outcome]).
@@ -62,7 +69,7 @@ const (
 var SettleOutcomes = []string{SettleUndone, SettleDone, SettleNotDone} //nolint:gochecknoglobals // read-only
 
 // OperatorActions lists every action, in the order the docs give them.
-var OperatorActions = []string{ActionRetryUndo, ActionPause, ActionResume, ActionResolve, ActionRedrive, ActionUndoLeak, ActionSettle} //nolint:gochecknoglobals // read-only
+var OperatorActions = []string{ActionRetryUndo, ActionPause, ActionResume, ActionResolve, ActionRedrive, ActionUndoLeak, ActionSettle, ActionDismiss} //nolint:gochecknoglobals // read-only
 
 // OperatorActionData is the data of [OperatorAction]: who (Operator) asked
 // for what (Action, about TripID, carried out by Service), why (Reason);
@@ -88,6 +95,10 @@ type OperatorActionData struct {
 	IdempotencyKey string `json:"idempotency_key"`
 	// DeadLetter is the parked event to re-drive (ActionRedrive only).
 	DeadLetter *ParkedEvent `json:"dead_letter,omitempty"`
+	// Finding names the finding dismissed (ActionDismiss only): its trip
+	// id, or "?<company>/<record id>" for an unattributed record; TripID
+	// is then "none". Its kind is in Incident.
+	Finding string `json:"finding,omitempty"`
 }
 
 // ParkedEvent is a message an inbox parked on the DEADLETTER stream, as

@@ -268,6 +268,14 @@ func (o *Operator) Act(ctx context.Context, key string, ar ActionRequest) (ev ev
 			d.TripID = "none" // a parked message without a usable trip
 		}
 		d.DeadLetter = &dl.ParkedEvent
+	} else if ar.Action == events.ActionDismiss {
+		if err := o.dismissable(ctx, key, ar); err != nil {
+			return ev, false, err
+		}
+		d.Service, d.Finding, d.TripID = ProjectionName, ar.Trip, ar.Trip
+		if events.ValidateTripID(ar.Trip) != nil {
+			d.TripID = "none" // an unattributed record's finding
+		}
 	} else {
 		if ar.Trip == "" {
 			return ev, false, bad("trip", "required: a trip id (T-...)")
@@ -324,7 +332,14 @@ func (o *Operator) Act(ctx context.Context, key string, ar ActionRequest) (ev ev
 	fingerprint := hex.EncodeToString(sum[:])
 
 	for range 3 {
-		if ev, replayed, err = o.record(ctx, key, fingerprint, d, ar.DeadLetterSeq); err == nil || !errors.Is(err, errRaced) {
+		var also func(context.Context, pgx.Tx) error
+		if ar.Action == events.ActionDismiss {
+			also = func(ctx context.Context, tx pgx.Tx) error {
+				_, err := queries.FindingDismiss(ctx, tx, dbsqlc.FindingDismissParams{Now: time.Now(), Operator: d.Operator, Reason: d.Reason, TripID: ar.Trip, Kind: ar.Incident})
+				return err
+			}
+		}
+		if ev, replayed, err = o.record(ctx, key, fingerprint, d, ar.DeadLetterSeq, also); err == nil || !errors.Is(err, errRaced) {
 			return ev, replayed, err
 		}
 	}
@@ -335,7 +350,10 @@ func (o *Operator) Act(ctx context.Context, key string, ar ActionRequest) (ev ev
 // and our insert; look again.
 var errRaced = errors.New("idempotency key raced")
 
-func (o *Operator) record(ctx context.Context, key, fingerprint string, d events.OperatorActionData, dlSeq uint64) (event.Event, bool, error) {
+// record records the action d under key with its event, and also, when
+// set, runs in the same transaction (the reconciler's own part: a
+// finding dismissed).
+func (o *Operator) record(ctx context.Context, key, fingerprint string, d events.OperatorActionData, dlSeq uint64, also func(context.Context, pgx.Tx) error) (event.Event, bool, error) {
 	var ev event.Event
 	prev, err := queries.OperatorActionGetByKey(ctx, o.r.cfg.Pool, key)
 	if err == nil {
@@ -374,6 +392,9 @@ func (o *Operator) record(ctx context.Context, key, fingerprint string, d events
 		}
 		if err := outbox.Write(ctx, tx, ev); err != nil {
 			return fmt.Errorf("action event: %w", err)
+		}
+		if also != nil {
+			return also(ctx, tx)
 		}
 		return nil
 	})

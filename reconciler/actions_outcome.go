@@ -59,6 +59,10 @@ func (o *Operator) Outcome(ctx context.Context, id string) (ActionOutcome, error
 		return ActionOutcome{}, fmt.Errorf("action %s: %w", id, err)
 	}
 	out := ActionOutcome{EventID: row.EventID, Action: row.Action, TripID: row.TripID, Service: row.Service}
+	if row.Action == events.ActionDismiss { // carried out in the transaction that recorded it
+		out.Reported, out.Done, out.At, out.Effect = true, true, row.CreatedAt.UTC(), "finding dismissed: it no longer counts as open while it holds"
+		return out, nil
+	}
 	if base, ok := o.r.cfg.Services[row.Service]; !ok {
 		out.Unread = fmt.Sprintf("the URL of %s is not known (%s)", row.Service, ServiceURLsEnv)
 	} else {
@@ -162,6 +166,48 @@ func (o *Operator) knownTarget(ctx context.Context, key string, ar ActionRequest
 		detail += " (open there: " + strings.Join(open, ", ") + ")"
 	} else {
 		detail += "; its incidents are listed by `tripsaga incidents list`"
+	}
+	return &ActionError{Status: http.StatusConflict, Detail: detail}
+}
+
+// dismissable refuses, before it is recorded, a dismiss that names no
+// open finding: ar.Trip the finding's trip id (or "?<company>/<record
+// id>"), ar.Incident its kind. A key already recorded is not judged again.
+func (o *Operator) dismissable(ctx context.Context, key string, ar ActionRequest) error {
+	switch {
+	case ar.Trip == "":
+		return bad("trip", "required: the finding's trip id, or ?<company>/<record id> for an unattributed record")
+	case !slices.Contains(FindingKinds, ar.Incident):
+		return bad("incident", "required for dismiss: the finding's kind, one of "+strings.Join(FindingKinds, ", "))
+	case ar.Service != "" && ar.Service != ProjectionName:
+		return bad("service", "a finding is the reconciler's: leave it out, or give "+ProjectionName)
+	}
+	if _, err := queries.OperatorActionGetByKey(ctx, o.r.cfg.Pool, key); err == nil {
+		return nil
+	} else if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("action %s: %w", key, err)
+	}
+	rows, err := queries.FindingListByTrip(ctx, o.r.cfg.Pool, ar.Trip)
+	if err != nil {
+		return fmt.Errorf("findings of %s: %w", ar.Trip, err)
+	}
+	var open []string
+	for _, r := range rows {
+		if r.ResolvedAt != nil {
+			continue
+		}
+		if r.Kind == ar.Incident {
+			if r.DismissedAt != nil {
+				return &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf("the %s finding of %s was dismissed already, by %s at %s: %s",
+					r.Kind, ar.Trip, deref(r.DismissedBy), r.DismissedAt.UTC().Format(time.RFC3339), deref(r.DismissReason))}
+			}
+			return nil
+		}
+		open = append(open, r.Kind)
+	}
+	detail := fmt.Sprintf("%s has no open %s finding", ar.Trip, ar.Incident)
+	if len(open) > 0 {
+		detail += " (open: " + strings.Join(open, ", ") + ")"
 	}
 	return &ActionError{Status: http.StatusConflict, Detail: detail}
 }

@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/saga"
 )
 
@@ -134,4 +136,63 @@ func TestActionsNameWhatTheyActOn(t *testing.T) {
 
 	code, _ = getOutcome(t, base, "no-such-event")
 	require.Equal(t, http.StatusNotFound, code)
+}
+
+// Issue 19 item 4: an operator dismisses a finding with why: it no longer
+// counts as open while it holds (the sweep does not raise it again), the
+// audit trail has the action, and it is resolved once what it names is
+// gone.
+func TestDismissAFinding(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, base := b.operatorServer(t, testToken)
+	ctx := context.Background()
+	trip := "T-dismiss-1"
+	b.hold(t, trip) // a hold for a trip nobody requested: an orphan
+	require.Equal(t, 1, b.sweep(t).Open[FindingOrphan])
+	dismiss := func(key, kind string) answer {
+		return postAction(t, base, testToken, key, map[string]any{"action": "dismiss", "trip": trip, "incident": kind,
+			"reason": "a test hold the hotel keeps on purpose", "operator": "ada"})
+	}
+
+	a := postAction(t, base, testToken, "k-d0", map[string]any{"action": "dismiss", "trip": trip, "reason": "r", "operator": "ada"})
+	require.Equal(t, http.StatusBadRequest, a.code)
+	require.Equal(t, "incident", a.problem.Errors[0].Field)
+	a = dismiss("k-d1", FindingHalf)
+	require.Equal(t, http.StatusConflict, a.code)
+	require.Contains(t, a.problem.Detail, "has no open half finding (open: orphan)")
+
+	a = dismiss("k-d2", FindingOrphan)
+	require.Equal(t, http.StatusAccepted, a.code)
+	code, out := getOutcome(t, base, a.event.ID())
+	require.Equal(t, http.StatusOK, code)
+	require.True(t, out.Reported && out.Done, "the reconciler carried it out when it recorded it")
+
+	res := b.sweep(t)
+	require.Zero(t, res.Open[FindingOrphan], "dismissed: not counted as open")
+	require.Equal(t, 1, res.Dismissed)
+	open, err := b.r.Findings(ctx, false)
+	require.NoError(t, err)
+	require.Empty(t, open)
+	rows, err := queries.FindingListByTrip(ctx, b.pool, trip)
+	require.NoError(t, err)
+	require.Len(t, rows, 1, "the sweep raised no second finding")
+	f := findingFromRow(rows[0])
+	require.Nil(t, f.ResolvedAt)
+	require.Equal(t, "ada", f.DismissedBy)
+	require.Equal(t, "a test hold the hotel keeps on purpose", f.DismissReason)
+
+	again := dismiss("k-d2", FindingOrphan)
+	require.Equal(t, http.StatusAccepted, again.code, "the same key is the same action")
+	require.Equal(t, a.event.ID(), again.event.ID())
+	a = dismiss("k-d3", FindingOrphan)
+	require.Equal(t, http.StatusConflict, a.code)
+	require.Contains(t, a.problem.Detail, "dismissed already, by ada")
+
+	// The hold released at the hotel: the finding is resolved for good.
+	_, err = provider.Hotel(b.companies+"/hotel").Undo(ctx, trip+":hotel")
+	require.NoError(t, err)
+	res = b.sweep(t)
+	require.Equal(t, 1, res.Resolved)
+	require.Zero(t, res.Dismissed)
 }

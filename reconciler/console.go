@@ -298,7 +298,16 @@ var consoleFuncs = template.FuncMap{ //nolint:gochecknoglobals // read-only
 	"open": func(fs []Finding) []Finding {
 		var out []Finding
 		for _, f := range fs {
-			if f.ResolvedAt == nil {
+			if f.ResolvedAt == nil && f.DismissedAt == nil {
+				out = append(out, f)
+			}
+		}
+		return out
+	},
+	"dismissed": func(fs []Finding) []Finding {
+		var out []Finding
+		for _, f := range fs {
+			if f.ResolvedAt == nil && f.DismissedAt != nil {
 				out = append(out, f)
 			}
 		}
@@ -427,7 +436,9 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 {{end}}</table>{{end}}
 {{with open .Findings}}<h2>Open findings</h2><table id="findings"><tr><th>kind</th><th>detail</th><th>first seen</th><th>what to do</th><th></th></tr>
 {{range .}}<tr><td class="{{.Kind}}">{{.Kind}}</td><td>{{.Detail}}</td><td>{{.FirstSeen.Format "15:04:05"}}</td><td class="todo">{{todo .Kind}}</td>
-<td>{{if or (eq .Kind "orphan") (eq .Kind "half")}}undo the leak at: {{range actors}}<button class="action undo-leak" data-needs-reason="1" data-key="{{key}}" data-body='{{json (dict "action" "undo_leak" "trip" $trip "service" .)}}' onclick="act(this)">{{.}}</button> {{end}}{{end}}</td></tr>{{end}}</table>{{end}}
+<td>{{if or (eq .Kind "orphan") (eq .Kind "half")}}undo the leak at: {{range actors}}<button class="action undo-leak" data-needs-reason="1" data-key="{{key}}" data-body='{{json (dict "action" "undo_leak" "trip" $trip "service" .)}}' onclick="act(this)">{{.}}</button> {{end}}{{end}}
+<button class="action dismiss" data-needs-reason="1" data-key="{{key}}" data-body='{{json (dict "action" "dismiss" "trip" .TripID "incident" .Kind)}}' onclick="act(this)" title="seen by a person: no longer counted as open while it holds">dismiss</button></td></tr>{{end}}</table>{{end}}
+{{with dismissed .Findings}}<p id="dismissed">Dismissed, still holding: {{range .}}<span class="{{.Kind}}">{{.Kind}}</span> by {{.DismissedBy}} ({{.DismissReason}}) {{end}}</p>{{end}}
 <h2>Timeline</h2>
 <table id="timeline"><tr><th>time (UTC)</th><th>+</th>{{range .Columns}}<th>{{.}}</th>{{end}}</tr>
 {{range .Rows}}{{$e := .}}<tr class="entry {{.Source}}" data-column="{{.Column}}" data-what="{{.What}}"><td>{{.At.Format "15:04:05.000"}}</td><td>{{ms .Since}}</td>

@@ -289,6 +289,12 @@ type Finding struct {
 	FirstSeen  time.Time  `json:"first_seen"`
 	LastSeen   time.Time  `json:"last_seen"`
 	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
+	// DismissedAt, DismissedBy and DismissReason say when, who and why an
+	// operator dismissed it (events.ActionDismiss): it still holds, but no
+	// longer counts as open.
+	DismissedAt   *time.Time `json:"dismissed_at,omitempty"`
+	DismissedBy   string     `json:"dismissed_by,omitempty"`
+	DismissReason string     `json:"dismiss_reason,omitempty"`
 }
 
 func findingFromRow(r dbsqlc.Finding) Finding {
@@ -296,6 +302,10 @@ func findingFromRow(r dbsqlc.Finding) Finding {
 	if r.ResolvedAt != nil {
 		t := r.ResolvedAt.UTC()
 		f.ResolvedAt = &t
+	}
+	if r.DismissedAt != nil {
+		t := r.DismissedAt.UTC()
+		f.DismissedAt, f.DismissedBy, f.DismissReason = &t, deref(r.DismissedBy), deref(r.DismissReason)
 	}
 	return f
 }

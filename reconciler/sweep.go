@@ -102,10 +102,12 @@ type SweepResult struct {
 	// trips in the projection.
 	Records int `json:"records"`
 	Trips   int `json:"trips"`
-	// Open counts the findings that hold now, by kind; Resolved the
-	// findings this sweep closed.
-	Open     map[string]int `json:"open"`
-	Resolved int            `json:"resolved"`
+	// Open counts the findings that hold now, by kind, but those an
+	// operator dismissed (Dismissed counts these); Resolved the findings
+	// this sweep closed.
+	Open      map[string]int `json:"open"`
+	Dismissed int            `json:"dismissed"`
+	Resolved  int            `json:"resolved"`
 	// Err is the error of a failed sweep.
 	Err string `json:"error,omitempty"`
 	// Unreadable names the companies whose records the sweep could not
@@ -260,16 +262,26 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 		p.TripIds = append(p.TripIds, f.trip)
 		p.Kinds = append(p.Kinds, f.kind)
 		p.Details = append(p.Details, f.detail)
-		res.Open[f.kind]++
 	}
 	if err := queries.FindingUpsertMany(ctx, tx, p); err != nil {
 		return res, fmt.Errorf("sweep: record findings: %w", err)
 	}
+
 	resolved, err := queries.FindingResolveOthers(ctx, tx, dbsqlc.FindingResolveOthersParams{Now: now, TripIds: p.TripIds, Kinds: p.Kinds})
 	if err != nil {
 		return res, fmt.Errorf("sweep: resolve findings: %w", err)
 	}
 	res.Resolved = int(resolved)
+	// Open is what holds now less what an operator dismissed.
+	open, err := queries.FindingCountOpenByKind(ctx, tx)
+	if err != nil {
+		return res, fmt.Errorf("sweep: count findings: %w", err)
+	}
+	res.Dismissed = len(fs)
+	for _, o := range open {
+		res.Open[o.Kind] = int(o.Findings)
+		res.Dismissed -= int(o.Findings)
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("sweep: commit: %w", err)
 	}

@@ -148,7 +148,7 @@ func runAction(cmd *cobra.Command, f *opFlags, ar reconciler.ActionRequest) erro
 		return errors.New("--reason is required: say why (it is recorded with the action)")
 	}
 	ar.Reason, ar.Operator = f.reason, f.operator
-	if ar.Action != events.ActionRedrive && ar.Service == "" {
+	if ar.Action != events.ActionRedrive && ar.Action != events.ActionDismiss && ar.Service == "" {
 		return errors.New("--service is required: hotel, payment or car")
 	}
 	key := f.key
@@ -474,6 +474,10 @@ re-check horizon); the reconciler refuses it without such an open finding,
 and the service refuses it for a step its trip still owns (done or
 unfinished). "pause <trip>" stops every company call of the trip at the
 service (retries, undos, late-commit checks) until "resume <trip>".
+"dismiss <trip> --kind K" closes one of the reconciler's open findings as
+seen, with --reason: it no longer counts as open while it holds, and is
+resolved once the sweep no longer finds it (an unattributed record's
+finding is named ?<company>/<record id>, as the findings list gives it).
 
 Each is an event on the OPERATOR stream, posted to the reconciler with the
 bearer token in OPERATOR_TOKEN; the same --key twice acts once.`,
@@ -489,7 +493,21 @@ bearer token in OPERATOR_TOKEN; the same --key twice acts once.`,
 		f.act(c, true)
 		return c
 	}
+	var df opFlags
+	var kind string
+	dismiss := &cobra.Command{
+		Use: "dismiss <trip>", Short: "Close an open finding of the reconciler's as seen, with why", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if kind == "" {
+				return errors.New("--kind is required: " + strings.Join(reconciler.FindingKinds, ", "))
+			}
+			return runAction(cmd, &df, reconciler.ActionRequest{Action: events.ActionDismiss, Trip: args[0], Incident: kind})
+		},
+	}
+	df.act(dismiss, false)
+	dismiss.Flags().StringVar(&kind, "kind", "", "the finding's kind: "+strings.Join(reconciler.FindingKinds, ", ")+" (required)")
 	cmd.AddCommand(
+		dismiss,
 		mk("undo-leak", events.ActionUndoLeak, "Ask the owning service to undo a leaked company record by key"),
 		mk("pause", events.ActionPause, "Stop the trip's company calls at the service until resumed"),
 		mk("resume", events.ActionResume, "Let the trip's company calls go on (due at once)"),

@@ -146,7 +146,7 @@ var fields = map[string]map[string]field{ //nolint:gochecknoglobals // read-only
 	},
 	"OperatorActionData": {
 		"": {desc: "Data of io.tripsaga.operator.action.v1: who (operator) asked for what (action, about trip_id, carried out by service) and why (reason); when is the event's ce-time."},
-		"action": {desc: "What is asked: retry_undo (call the undo now, lifting a pause), pause and resume (the trip's company calls at the service), resolve (close incidents with the reason), redrive (hand dead_letter to the consumer that parked it), undo_leak (undo by key a company record found in force that should not be), settle (record that a person did a stuck step's work by hand: its retries stop and its event is published).", apply: func(s *jsonschema.Schema) {
+		"action": {desc: "What is asked: retry_undo (call the undo now, lifting a pause), pause and resume (the trip's company calls at the service), resolve (close incidents with the reason), redrive (hand dead_letter to the consumer that parked it), undo_leak (undo by key a company record found in force that should not be), settle (record that a person did a stuck step's work by hand: its retries stop and its event is published), dismiss (close one of the reconciler's open findings as seen, with why; the reconciler carries it out).", apply: func(s *jsonschema.Schema) {
 			s.Enum = []any{"retry_undo", "pause", "resume", "resolve", "redrive", "undo_leak", "settle"}
 		}},
 		"trip_id": {desc: "The trip the action is about, the event's ce-subject.", apply: nonEmpty},
@@ -160,6 +160,7 @@ var fields = map[string]map[string]field{ //nolint:gochecknoglobals // read-only
 		"operator":        {desc: "Who asked (a name or an email).", apply: nonEmpty},
 		"idempotency_key": {desc: "The Idempotency-Key the action was asked with; a second request with it gets this event back and acts once.", apply: nonEmpty},
 		"dead_letter":     {desc: "The parked event to re-drive (redrive only)."},
+		"finding":         {desc: "The finding dismissed (dismiss only): its trip id, or ?<company>/<record id> for an unattributed record (trip_id is then none); its kind is in incident."},
 	},
 	"ParkedEvent": {
 		"":           {desc: "A message an inbox parked on the DEADLETTER stream, with its original headers and body."},

@@ -11,7 +11,7 @@ import (
 )
 
 const findingCountOpenByKind = `-- name: FindingCountOpenByKind :many
-SELECT kind, count(*) AS findings FROM findings WHERE resolved_at IS NULL GROUP BY kind ORDER BY kind
+SELECT kind, count(*) AS findings FROM findings WHERE resolved_at IS NULL AND dismissed_at IS NULL GROUP BY kind ORDER BY kind
 `
 
 type FindingCountOpenByKindRow struct {
@@ -19,6 +19,7 @@ type FindingCountOpenByKindRow struct {
 	Findings int64
 }
 
+// Open findings that no operator dismissed, by kind.
 func (q *Queries) FindingCountOpenByKind(ctx context.Context, db DBTX) ([]FindingCountOpenByKindRow, error) {
 	rows, err := db.Query(ctx, findingCountOpenByKind)
 	if err != nil {
@@ -39,8 +40,36 @@ func (q *Queries) FindingCountOpenByKind(ctx context.Context, db DBTX) ([]Findin
 	return items, nil
 }
 
+const findingDismiss = `-- name: FindingDismiss :execrows
+UPDATE findings SET dismissed_at = $1::timestamptz, dismissed_by = $2::text, dismiss_reason = $3::text
+WHERE trip_id = $4 AND kind = $5 AND resolved_at IS NULL AND dismissed_at IS NULL
+`
+
+type FindingDismissParams struct {
+	Now      time.Time
+	Operator string
+	Reason   string
+	TripID   string
+	Kind     string
+}
+
+// An operator dismisses the open finding (trip_id, kind), with why.
+func (q *Queries) FindingDismiss(ctx context.Context, db DBTX, arg FindingDismissParams) (int64, error) {
+	result, err := db.Exec(ctx, findingDismiss,
+		arg.Now,
+		arg.Operator,
+		arg.Reason,
+		arg.TripID,
+		arg.Kind,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const findingList = `-- name: FindingList :many
-SELECT id, trip_id, kind, detail, first_seen, last_seen, resolved_at FROM findings ORDER BY id DESC LIMIT $1
+SELECT id, trip_id, kind, detail, first_seen, last_seen, resolved_at, dismissed_at, dismissed_by, dismiss_reason FROM findings ORDER BY id DESC LIMIT $1
 `
 
 // Open and resolved findings, newest first.
@@ -61,6 +90,9 @@ func (q *Queries) FindingList(ctx context.Context, db DBTX, max int32) ([]Findin
 			&i.FirstSeen,
 			&i.LastSeen,
 			&i.ResolvedAt,
+			&i.DismissedAt,
+			&i.DismissedBy,
+			&i.DismissReason,
 		); err != nil {
 			return nil, err
 		}
@@ -73,7 +105,7 @@ func (q *Queries) FindingList(ctx context.Context, db DBTX, max int32) ([]Findin
 }
 
 const findingListByTrip = `-- name: FindingListByTrip :many
-SELECT id, trip_id, kind, detail, first_seen, last_seen, resolved_at FROM findings WHERE trip_id = $1 ORDER BY id
+SELECT id, trip_id, kind, detail, first_seen, last_seen, resolved_at, dismissed_at, dismissed_by, dismiss_reason FROM findings WHERE trip_id = $1 ORDER BY id
 `
 
 func (q *Queries) FindingListByTrip(ctx context.Context, db DBTX, tripID string) ([]Finding, error) {
@@ -93,6 +125,9 @@ func (q *Queries) FindingListByTrip(ctx context.Context, db DBTX, tripID string)
 			&i.FirstSeen,
 			&i.LastSeen,
 			&i.ResolvedAt,
+			&i.DismissedAt,
+			&i.DismissedBy,
+			&i.DismissReason,
 		); err != nil {
 			return nil, err
 		}
@@ -105,9 +140,10 @@ func (q *Queries) FindingListByTrip(ctx context.Context, db DBTX, tripID string)
 }
 
 const findingListOpen = `-- name: FindingListOpen :many
-SELECT id, trip_id, kind, detail, first_seen, last_seen, resolved_at FROM findings WHERE resolved_at IS NULL ORDER BY first_seen, id
+SELECT id, trip_id, kind, detail, first_seen, last_seen, resolved_at, dismissed_at, dismissed_by, dismiss_reason FROM findings WHERE resolved_at IS NULL AND dismissed_at IS NULL ORDER BY first_seen, id
 `
 
+// Open findings that no operator dismissed.
 func (q *Queries) FindingListOpen(ctx context.Context, db DBTX) ([]Finding, error) {
 	rows, err := db.Query(ctx, findingListOpen)
 	if err != nil {
@@ -125,6 +161,9 @@ func (q *Queries) FindingListOpen(ctx context.Context, db DBTX) ([]Finding, erro
 			&i.FirstSeen,
 			&i.LastSeen,
 			&i.ResolvedAt,
+			&i.DismissedAt,
+			&i.DismissedBy,
+			&i.DismissReason,
 		); err != nil {
 			return nil, err
 		}

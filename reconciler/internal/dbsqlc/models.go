@@ -11,13 +11,16 @@ import (
 )
 
 type Finding struct {
-	ID         int64
-	TripID     string
-	Kind       string
-	Detail     string
-	FirstSeen  time.Time
-	LastSeen   time.Time
-	ResolvedAt *time.Time
+	ID            int64
+	TripID        string
+	Kind          string
+	Detail        string
+	FirstSeen     time.Time
+	LastSeen      time.Time
+	ResolvedAt    *time.Time
+	DismissedAt   *time.Time
+	DismissedBy   *string
+	DismissReason *string
 }
 
 type Inbox struct {

@@ -17,7 +17,8 @@ WHERE f.resolved_at IS NULL
     WHERE c.trip_id = f.trip_id AND c.kind = f.kind);
 
 -- name: FindingListOpen :many
-SELECT * FROM findings WHERE resolved_at IS NULL ORDER BY first_seen, id;
+-- Open findings that no operator dismissed.
+SELECT * FROM findings WHERE resolved_at IS NULL AND dismissed_at IS NULL ORDER BY first_seen, id;
 
 -- name: FindingList :many
 -- Open and resolved findings, newest first.
@@ -27,4 +28,10 @@ SELECT * FROM findings ORDER BY id DESC LIMIT @max;
 SELECT * FROM findings WHERE trip_id = @trip_id ORDER BY id;
 
 -- name: FindingCountOpenByKind :many
-SELECT kind, count(*) AS findings FROM findings WHERE resolved_at IS NULL GROUP BY kind ORDER BY kind;
+-- Open findings that no operator dismissed, by kind.
+SELECT kind, count(*) AS findings FROM findings WHERE resolved_at IS NULL AND dismissed_at IS NULL GROUP BY kind ORDER BY kind;
+
+-- name: FindingDismiss :execrows
+-- An operator dismisses the open finding (trip_id, kind), with why.
+UPDATE findings SET dismissed_at = @now::timestamptz, dismissed_by = @operator::text, dismiss_reason = @reason::text
+WHERE trip_id = @trip_id AND kind = @kind AND resolved_at IS NULL AND dismissed_at IS NULL;
