@@ -27,7 +27,7 @@ func TestMain(m *testing.M) { sagatest.Main(m) }
 // timing is quick to retry but never times a call out on a loaded
 // machine (a 10 s call deadline; a step deadline far past the test), so
 // every unknown outcome in these tests is the one a fault makes.
-var timing = saga.Timing{ //nolint:gochecknoglobals // test timing
+var timing = saga.Timing{
 	CallTimeout: 10 * time.Second, StepDeadline: 2 * time.Minute,
 	RetryBackoffMin: 20 * time.Millisecond, RetryBackoffMax: 200 * time.Millisecond,
 	UndoBackoffMin: 20 * time.Millisecond, UndoBackoffMax: 200 * time.Millisecond,

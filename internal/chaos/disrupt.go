@@ -398,7 +398,7 @@ func findMsgID(ctx context.Context, js jetstream.JetStream, stream, subject, id 
 		return 0, err
 	}
 	for pending := info.NumPending; pending > 0; {
-		batch, err := c.Fetch(int(min(pending, 100)), jetstream.FetchMaxWait(5*time.Second)) //nolint:gosec // at most 100
+		batch, err := c.Fetch(int(min(pending, 100)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			return 0, err
 		}
