@@ -52,8 +52,8 @@ func TestStreamsOfAProcess(t *testing.T) {
 	go func() { done <- in.Run(sctx) }()
 	t.Cleanup(func() {
 		stop()
-		_ = <-done
-		_ = <-done
+		<-done //nolint:errcheck // stopping: the test checked the serving
+		<-done //nolint:errcheck // stopping: the test checked the serving
 	})
 	testenv.Eventually(t, func() bool {
 		resp, err := http.Get(readyz)

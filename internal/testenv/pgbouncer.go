@@ -95,7 +95,7 @@ logfile = %s
 	go func() { exited <- cmd.Wait() }()
 	tb.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		_ = <-exited // killed: its error says so
+		<-exited //nolint:errcheck // killed: its error says so
 	})
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	for deadline := time.Now().Add(30 * time.Second); ; {
