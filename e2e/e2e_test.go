@@ -27,7 +27,7 @@ import (
 	"github.com/tripsaga/tripsaga/reconciler"
 )
 
-var sys *stack.Stack //nolint:gochecknoglobals // the one system under test
+var sys *stack.Stack
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))

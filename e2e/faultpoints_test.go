@@ -28,7 +28,7 @@ import (
 )
 
 // bin is the tripsaga binary TestMain built.
-var bin string //nolint:gochecknoglobals // set once by TestMain
+var bin string
 
 // Scenarios of a fault point row's trip.
 const (

@@ -105,7 +105,7 @@ func TestOperatorCommandsEndToEnd(t *testing.T) {
 	out, err = cli(t, "incidents", "retry", trip.TripID, "--service", "payment", "--reason", "card processor fixed the card", "--operator", "ada", "--key", "retry-1")
 	require.NoError(t, err)
 	require.Contains(t, out, "retry_undo of trip "+trip.TripID+" asked of payment by ada")
-	out, err = cli(t, "incidents", "retry", trip.TripID, "--service", "payment", "--reason", "card processor fixed the card", "--operator", "ada", "--key", "retry-1")
+	_, err = cli(t, "incidents", "retry", trip.TripID, "--service", "payment", "--reason", "card processor fixed the card", "--operator", "ada", "--key", "retry-1")
 	require.NoError(t, err, "the same key again is the same action")
 	testenv.Eventually(t, func() bool {
 		var tr struct{ Status string }

@@ -53,22 +53,6 @@ func writeEvents(t *testing.T, b *bundle, evs ...event.Event) {
 	require.NoError(t, tx.Commit(ctx))
 }
 
-// streamIDs returns the ce-id of every message on HOTEL, in stream order.
-func streamIDs(t *testing.T, b *bundle) []string {
-	ctx := context.Background()
-	s, err := b.js.Stream(ctx, events.StreamHotel)
-	require.NoError(t, err)
-	info, err := s.Info(ctx)
-	require.NoError(t, err)
-	var ids []string
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		require.NoError(t, err)
-		ids = append(ids, m.Header.Get("ce-id"))
-	}
-	return ids
-}
-
 func drain(t *testing.T, r *outbox.Relay) {
 	for {
 		n, err := r.PublishBatch(context.Background())

@@ -43,7 +43,7 @@ func TestTraceContextThroughTheOutbox(t *testing.T) {
 	attr := func(s tracetest.SpanStub, k string) string {
 		for _, a := range s.Attributes {
 			if string(a.Key) == k {
-				return a.Value.Emit()
+				return a.Value.String()
 			}
 		}
 		return ""

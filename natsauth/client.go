@@ -15,7 +15,7 @@ const (
 	// EnvCreds names the file of the process's NATS identity: a user nkey
 	// seed ([CredsExt]). Unset: the process connects without credentials
 	// (a server without users).
-	EnvCreds = "NATS_CREDS"
+	EnvCreds = "NATS_CREDS" //nolint:gosec // the name of a variable, not a credential
 	// EnvNkey is the nats CLI's variable for the same kind of file (an
 	// nkey seed); a process reads it when [EnvCreds] is unset, so one
 	// `up.env` serves the tools and the nats CLI, which reads NATS_CREDS

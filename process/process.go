@@ -401,7 +401,7 @@ func ConnectNATS(env Env, identity string, opts ...nats.Option) (*nats.Conn, err
 		if errors.Is(err, nats.ErrAuthorization) {
 			creds := env.NATSClient.Creds
 			if creds == "" {
-				creds = "unset: no credentials"
+				creds = "unset: no credentials" //nolint:gosec // a placeholder shown instead of a path, not a credential
 			}
 			return nil, fmt.Errorf("nats %s: the server refused %s's credentials (%s=%s): %w", redact.URL(env.NATSURL), identity, natsauth.EnvCreds, creds, err)
 		}
@@ -675,7 +675,7 @@ func (p *Process) Serve(ctx context.Context) error {
 		return fmt.Errorf("HTTP_ADDR %s: %w", p.Env.HTTPAddr, err)
 	}
 	srv := &http.Server{Handler: tracing.Middleware(p.Name, p.Mux, Guard(p.NATS, Problems(p.Mux))), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
+	go func() { //nolint:gosec // shutdown after ctx ended: a fresh context bounds it
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -700,7 +700,7 @@ func (p *Process) serveOps(ctx context.Context, ops *http.ServeMux) error {
 		return fmt.Errorf("OPS_ADDR %s: %w", p.Env.OpsAddr, err)
 	}
 	srv := &http.Server{Handler: Problems(ops), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
+	go func() { //nolint:gosec // shutdown after ctx ended: a fresh context bounds it
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -18,29 +18,29 @@ import (
 // already is: the service's own tables (outbox, incidents, inbox_position)
 // and its JetStream consumers. deploy/prometheus/alerts.yaml alerts on them.
 var (
-	descOutboxPending = prometheus.NewDesc("tripsaga_outbox_pending",
+	descOutboxPending = prometheus.NewDesc("tripsaga_outbox_pending", //nolint:gochecknoglobals // read-only declaration
 		"Outbox events waiting to be published (not quarantined): the relay's backlog.", nil, nil)
-	descOutboxOldest = prometheus.NewDesc("tripsaga_outbox_oldest_pending_age_seconds",
+	descOutboxOldest = prometheus.NewDesc("tripsaga_outbox_oldest_pending_age_seconds", //nolint:gochecknoglobals // read-only declaration
 		"Age of the oldest outbox event waiting to be published (0 when none waits).", nil, nil)
-	descOldestTx = prometheus.NewDesc("tripsaga_pg_oldest_transaction_age_seconds",
+	descOldestTx = prometheus.NewDesc("tripsaga_pg_oldest_transaction_age_seconds", //nolint:gochecknoglobals // read-only declaration
 		"Age of the oldest open transaction in the service's database that its role can see in pg_stat_activity (all of them with pg_read_all_stats), 0 when none: a snapshot held open keeps the row versions the relay's claim reads must step over.", nil, nil)
-	descIncidentsOpen = prometheus.NewDesc("tripsaga_incidents_open",
+	descIncidentsOpen = prometheus.NewDesc("tripsaga_incidents_open", //nolint:gochecknoglobals // read-only declaration
 		"Incidents raised for a person and not resolved, by step and kind, with who owns them (INCIDENT_OWNER).", []string{"step", "kind", "owner"}, nil)
-	descIncidentsEscalated = prometheus.NewDesc("tripsaga_incidents_escalated",
+	descIncidentsEscalated = prometheus.NewDesc("tripsaga_incidents_escalated", //nolint:gochecknoglobals // read-only declaration
 		"Open incidents older than INCIDENT_ESCALATE_AFTER_MS (default 30 minutes): escalated past their owner.", []string{"step", "kind", "owner"}, nil)
-	descStepsOpen = prometheus.NewDesc("tripsaga_steps_open",
+	descStepsOpen = prometheus.NewDesc("tripsaga_steps_open", //nolint:gochecknoglobals // read-only declaration
 		"Steps whose outcome is unknown (state=unknown: asked again by key until the deadline) or whose undo is under way (state=compensating), by step.", []string{"step", "state"}, nil)
-	descStepsOldest = prometheus.NewDesc("tripsaga_steps_oldest_open_age_seconds",
+	descStepsOldest = prometheus.NewDesc("tripsaga_steps_oldest_open_age_seconds", //nolint:gochecknoglobals // read-only declaration
 		"Age of the oldest step in that state, since it entered it (the database's clock; 0 when none).", []string{"step", "state"}, nil)
-	descConsumerPending = prometheus.NewDesc("tripsaga_inbox_consumer_pending",
+	descConsumerPending = prometheus.NewDesc("tripsaga_inbox_consumer_pending", //nolint:gochecknoglobals // read-only declaration
 		"Events of the stream the inbox's durable consumer has not been delivered yet (its lag).", []string{"consumer", "stream"}, nil)
-	descConsumerAckPending = prometheus.NewDesc("tripsaga_inbox_consumer_ack_pending",
+	descConsumerAckPending = prometheus.NewDesc("tripsaga_inbox_consumer_ack_pending", //nolint:gochecknoglobals // read-only declaration
 		"Events delivered to the inbox's durable consumer and not acknowledged yet.", []string{"consumer", "stream"}, nil)
-	descConsumerOldest = prometheus.NewDesc("tripsaga_inbox_consumer_oldest_pending_age_seconds",
+	descConsumerOldest = prometheus.NewDesc("tripsaga_inbox_consumer_oldest_pending_age_seconds", //nolint:gochecknoglobals // read-only declaration
 		"Age of the oldest event the inbox's durable consumer has not acknowledged yet, delivered or not (0 when none).", []string{"consumer", "stream"}, nil)
-	descDeadLetters = prometheus.NewDesc("tripsaga_deadletter_messages",
+	descDeadLetters = prometheus.NewDesc("tripsaga_deadletter_messages", //nolint:gochecknoglobals // read-only declaration
 		"Messages the inbox parked on DEADLETTER (deadletter.<stream>.<consumer>) still there, for a person.", []string{"consumer", "stream"}, nil)
-	descStateUp = prometheus.NewDesc("tripsaga_state_scrape_ok",
+	descStateUp = prometheus.NewDesc("tripsaga_state_scrape_ok", //nolint:gochecknoglobals // read-only declaration
 		"1 when the last scrape read the service's tables and consumers, 0 when PostgreSQL or NATS did not answer.", nil, nil)
 )
 

@@ -52,11 +52,11 @@ func TestStreamsOfAProcess(t *testing.T) {
 	go func() { done <- in.Run(sctx) }()
 	t.Cleanup(func() {
 		stop()
-		<-done
-		<-done
+		<-done //nolint:errcheck // stopping: the test checked the serving
+		<-done //nolint:errcheck // stopping: the test checked the serving
 	})
 	testenv.Eventually(t, func() bool {
-		resp, err := http.Get(readyz) //nolint:noctx // a bounded wait
+		resp, err := http.Get(readyz)
 		if err == nil {
 			resp.Body.Close()
 		}

@@ -22,7 +22,7 @@ func answering(t *testing.T, code int, body string) string {
 	return srv.URL
 }
 
-var charge = map[string]any{"trip_id": "T-1", "amount_cents": 33000, "currency": "USD", "card_token": "tok_ok"} //nolint:gochecknoglobals // test data
+var charge = map[string]any{"trip_id": "T-1", "amount_cents": 33000, "currency": "USD", "card_token": "tok_ok"}
 
 func TestCreateNeverTakesAMisbehavingAnswerForSuccess(t *testing.T) {
 	t.Parallel()

@@ -381,10 +381,6 @@ func requestFields(body any) map[string]any {
 	return m
 }
 
-func isCredentials(code int) bool {
-	return code == http.StatusUnauthorized || code == http.StatusForbidden
-}
-
 func str(m map[string]any, k string) string {
 	if v, ok := m[k].(string); ok {
 		return v

@@ -413,6 +413,7 @@ reason <input id="reason" size="40" placeholder="why (kept on the trip's timelin
 const navBar = `<nav><a href="/">dashboard</a> · <a href="/incidents">incidents</a> · <a href="/deadletters">dead letters</a> · <a href="/findings">findings (JSON)</a> ·
 <form action="/search" method="get" style="display:inline"><input name="q" id="q" size="36" placeholder="trip id, Idempotency-Key, email, record id"> <button id="search">find</button></form></nav>`
 
+//nolint:gochecknoglobals // parsed once, read-only
 var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Parse(`
 {{define "head"}}<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{{.}} · tripsaga</title>` + consoleStyle + `</head><body>` + navBar + `{{end}}

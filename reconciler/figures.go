@@ -28,11 +28,11 @@ import (
 // tripsaga_deadletter_messages); the dashboard reads those from the
 // services' /metrics rather than counting them twice.
 var (
-	descUnfinished = prometheus.NewDesc("tripsaga_reconciler_unfinished_trips",
+	descUnfinished = prometheus.NewDesc("tripsaga_reconciler_unfinished_trips", //nolint:gochecknoglobals // read-only declaration
 		"Trips in the projection not settled by a trip.confirmed or trip.canceled event.", nil, nil)
-	descOldestUnfinished = prometheus.NewDesc("tripsaga_reconciler_oldest_unfinished_age_seconds",
+	descOldestUnfinished = prometheus.NewDesc("tripsaga_reconciler_oldest_unfinished_age_seconds", //nolint:gochecknoglobals // read-only declaration
 		"Age of the oldest unfinished trip, from its first event (0 when none).", nil, nil)
-	descHalfLastDay = prometheus.NewDesc("tripsaga_reconciler_half_trips_last_day",
+	descHalfLastDay = prometheus.NewDesc("tripsaga_reconciler_half_trips_last_day", //nolint:gochecknoglobals // read-only declaration
 		"Half trips the sweep first found in the last 24 hours (resolved ones too).", nil, nil)
 )
 

@@ -240,7 +240,7 @@ func statement(t *testing.T, paymentsURL, card string) []map[string]any {
 	var out struct {
 		Lines []map[string]any `json:"lines"`
 	}
-	resp, err := http.Get(paymentsURL + "/statements/" + card) //nolint:noctx // test
+	resp, err := http.Get(paymentsURL + "/statements/" + card)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)

@@ -24,7 +24,7 @@ import (
 // when the network is broken under it and past the old rule's 3 s of
 // silence (under which a peer called while it was), and a deadline far
 // enough that the step is never undone meanwhile.
-var cutTiming = saga.Timing{ //nolint:gochecknoglobals // test timing
+var cutTiming = saga.Timing{
 	CallTimeout: 6 * time.Second, StepDeadline: time.Minute,
 	RetryBackoffMin: 20 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond,
 	UndoBackoffMin: 20 * time.Millisecond, UndoBackoffMax: 100 * time.Millisecond,

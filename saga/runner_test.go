@@ -39,7 +39,7 @@ func setup(t *testing.T) *bundle {
 	return &bundle{pool: pool, hotelURL: srv.URL + "/hotel", company: provider.Hotel(srv.URL + "/hotel")}
 }
 
-var fast = saga.Timing{ //nolint:gochecknoglobals // test timing
+var fast = saga.Timing{
 	CallTimeout: 200 * time.Millisecond, StepDeadline: 1500 * time.Millisecond,
 	RetryBackoffMin: 20 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond,
 	UndoBackoffMin: 20 * time.Millisecond, UndoBackoffMax: 100 * time.Millisecond,
@@ -49,7 +49,7 @@ var fast = saga.Timing{ //nolint:gochecknoglobals // test timing
 // unhurried is fast with calls that do not time out on a loaded machine:
 // for the tests that count attempts, where a 200 ms call timed out at a
 // load of 6 and was asked again by key (a second attempt, rightly).
-var unhurried = func() saga.Timing { //nolint:gochecknoglobals // test timing
+var unhurried = func() saga.Timing {
 	t := fast
 	t.CallTimeout, t.StepDeadline = 10*time.Second, time.Minute
 	return t

@@ -53,12 +53,12 @@ import (
 const DatabaseURLEnv = "TEST_DATABASE_URL"
 
 var (
-	clusterOnce sync.Once
-	cluster     *pgcluster.Cluster
-	clusterURL  string
-	clusterErr  error
-	clusterDir  string
-	dbCounter   atomic.Int64
+	clusterOnce sync.Once          //nolint:gochecknoglobals // the test binary's one cluster
+	cluster     *pgcluster.Cluster //nolint:gochecknoglobals // the test binary's one cluster
+	clusterURL  string             //nolint:gochecknoglobals // the test binary's one cluster
+	clusterErr  error              //nolint:gochecknoglobals // the test binary's one cluster
+	clusterDir  string             //nolint:gochecknoglobals // the test binary's one cluster
+	dbCounter   atomic.Int64       //nolint:gochecknoglobals // the test binary's one cluster
 )
 
 // Main runs the tests and then stops the private cluster, if one was

@@ -38,7 +38,7 @@ func errorAnswer(status int, msg string) answer {
 	return jsonAnswer(status, map[string]string{"error": msg})
 }
 
-var noneAnswer = jsonAnswer(http.StatusOK, map[string]string{"status": "none"})
+var noneAnswer = jsonAnswer(http.StatusOK, map[string]string{"status": "none"}) //nolint:gochecknoglobals // read-only
 
 func writeAnswer(w http.ResponseWriter, a answer) {
 	w.Header().Set("Content-Type", "application/json")

@@ -123,7 +123,7 @@ func setEnvField(t *testing.T, e *process.Env, n string) {
 // knownEnv is every variable a tripsaga process reads (process.Env, the
 // reconciler's and the simulators' own, and what stack gives each child);
 // compose.yaml may set no other.
-var knownEnv = []string{ //nolint:gochecknoglobals // read-only
+var knownEnv = []string{
 	"NATS_URL", "DATABASE_URL", "HTTP_ADDR", "HOTEL_URL", "PAYMENTS_URL", "CARS_URL", "MAIL_URL",
 	"STREAM_REPLICAS", "TRIPSAGA_INSTANCE", "TRIPS_URL",
 	"CALL_TIMEOUT_MS", "STEP_DEADLINE_MS", "UNDO_BACKOFF_MAX_MS", "INCIDENT_AFTER", "INCIDENT_OWNER", "INCIDENT_ESCALATE_AFTER_MS", "VERIFY_AFTER_MS",
@@ -132,7 +132,7 @@ var knownEnv = []string{ //nolint:gochecknoglobals // read-only
 
 // companyPath is the path of each company under the simulators' address
 // (stack.CompanyURLs).
-var companyPath = map[string]string{"HOTEL_URL": "/hotel", "PAYMENTS_URL": "/payments", "CARS_URL": "/cars", "MAIL_URL": "/mail"} //nolint:gochecknoglobals // read-only
+var companyPath = map[string]string{"HOTEL_URL": "/hotel", "PAYMENTS_URL": "/payments", "CARS_URL": "/cars", "MAIL_URL": "/mail"}
 
 func envOf(s types.ServiceConfig) map[string]string {
 	out := map[string]string{}

@@ -83,7 +83,7 @@ func serveSim(ctx context.Context, env process.Env) error {
 		return err
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
+	go func() { //nolint:gosec // shutdown after ctx ended: a fresh context bounds it
 		<-ctx.Done()
 		sims.Close()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

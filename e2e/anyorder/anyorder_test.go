@@ -49,7 +49,7 @@ type system struct {
 }
 
 // processes are every process a system may run, the simulators first.
-var processes = []string{"sim", "hotel", "payment", "car", "trips", "reconciler"} //nolint:gochecknoglobals // read-only
+var processes = []string{"sim", "hotel", "payment", "car", "trips", "reconciler"}
 
 func newSystem(t *testing.T, bin string) *system {
 	t.Helper()
@@ -324,7 +324,7 @@ func (s *system) act(a map[string]string) {
 }
 
 func getJSON(url string, v any) error {
-	resp, err := http.Get(url) //nolint:noctx // a test's bounded poll
+	resp, err := http.Get(url)
 	if err != nil {
 		return err
 	}

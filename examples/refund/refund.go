@@ -48,10 +48,10 @@ const (
 	InventoryTakenBack     = "com.example.refund.inventory.taken_back.v1"
 	InventoryTakeBackStuck = "com.example.refund.inventory.take_back_stuck.v1"
 
-	CreditIssued      = "com.example.refund.credit.issued.v1"
-	CreditRefused     = "com.example.refund.credit.refused.v1"
-	CreditFailed      = "com.example.refund.credit.failed.v1"
-	CreditCancelStuck = "com.example.refund.credit.cancel_stuck.v1"
+	CreditIssued      = "com.example.refund.credit.issued.v1"       //nolint:gosec // an event type, not a credential
+	CreditRefused     = "com.example.refund.credit.refused.v1"      //nolint:gosec // an event type, not a credential
+	CreditFailed      = "com.example.refund.credit.failed.v1"       //nolint:gosec // an event type, not a credential
+	CreditCancelStuck = "com.example.refund.credit.cancel_stuck.v1" //nolint:gosec // an event type, not a credential
 
 	ReplySent = "com.example.refund.reply.sent.v1"
 )

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) { sagatest.Main(m) }
 // timing is quick to retry but never times a call out on a loaded
 // machine (a 10 s call deadline; a step deadline far past the test), so
 // every unknown outcome in these tests is the one a fault makes.
-var timing = saga.Timing{ //nolint:gochecknoglobals // test timing
+var timing = saga.Timing{
 	CallTimeout: 10 * time.Second, StepDeadline: 2 * time.Minute,
 	RetryBackoffMin: 20 * time.Millisecond, RetryBackoffMax: 200 * time.Millisecond,
 	UndoBackoffMin: 20 * time.Millisecond, UndoBackoffMax: 200 * time.Millisecond,
@@ -143,12 +143,6 @@ func (w *world) status(id, name string) string {
 	return ""
 }
 
-// waitStep waits until step of id is at status.
-func (w *world) waitStep(t *testing.T, id, name, status string) {
-	t.Helper()
-	sagatest.Eventually(t, func() bool { return w.status(id, name) == status }, "%s: step %s never %s (at %q)", id, name, status, w.status(id, name))
-}
-
 // waitState waits until the view says id is at state.
 func (w *world) waitState(t *testing.T, id string, state refund.State) {
 	t.Helper()
@@ -156,15 +150,6 @@ func (w *world) waitState(t *testing.T, id string, state refund.State) {
 		s, err := w.view.StateOf(w.ctx, id)
 		return err == nil && s == state
 	}, "%s: the view never says %s", id, state)
-}
-
-// company returns the company's status word of the record under key,
-// "none" when it holds none.
-func company(t *testing.T, c *provider.Client, key string) string {
-	t.Helper()
-	res, err := c.Status(context.Background(), key)
-	require.NoError(t, err)
-	return res.Status
 }
 
 // records returns the company's records of refund id, all statuses.

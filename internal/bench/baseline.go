@@ -63,7 +63,7 @@ func sagaStepTPS(ctx context.Context, databaseURL string, conns int, d time.Dura
 	var wg sync.WaitGroup
 	for w := range conns {
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			rng := rand.New(rand.NewPCG(uint64(w), 7)) //nolint:gosec // a benchmark's workload, not a secret
 			for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 				id := fmt.Sprintf("%d-%d-%d", start.UnixNano(), w, i)
 				err := func() error {

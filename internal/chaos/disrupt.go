@@ -331,7 +331,7 @@ func (r *run) loseAcked(ctx context.Context) (string, error) {
 		lo = last - 20
 	}
 	for range 5 {
-		seq := lo + uint64(r.intn(int(last-lo+1))) //nolint:gosec // at most 21
+		seq := lo + uint64(r.intn(int(last-lo+1)))
 		m, err := s.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue // deleted before
@@ -398,7 +398,7 @@ func findMsgID(ctx context.Context, js jetstream.JetStream, stream, subject, id 
 		return 0, err
 	}
 	for pending := info.NumPending; pending > 0; {
-		batch, err := c.Fetch(int(min(pending, 100)), jetstream.FetchMaxWait(5*time.Second)) //nolint:gosec // at most 100
+		batch, err := c.Fetch(int(min(pending, 100)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			return 0, err
 		}

@@ -196,8 +196,8 @@ type fileStamp struct {
 }
 
 var (
-	armed  atomic.Pointer[config] //nolint:gochecknoglobals // the process's fault rules
-	logger atomic.Pointer[slog.Logger]
+	armed  atomic.Pointer[config]      //nolint:gochecknoglobals // the process's fault rules
+	logger atomic.Pointer[slog.Logger] //nolint:gochecknoglobals // the process's fault logger
 )
 
 func init() {
@@ -411,7 +411,7 @@ func act(ctx context.Context, r Rule, point string) error {
 	case Kill:
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		for {
-			time.Sleep(time.Second) // the signal is on its way
+			time.Sleep(time.Second) //nolint:gosec // the SIGKILL is on its way: never returns
 		}
 	case Delay:
 		t := time.NewTimer(r.Wait)

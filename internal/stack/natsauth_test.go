@@ -19,12 +19,10 @@ import (
 func TestNATSIdentityOfEachChild(t *testing.T) {
 	dir := t.TempDir()
 	s := &Stack{cfg: Config{Dir: dir}}
-	for _, in := range []*instance{
+	s.insts = append(s.insts, []*instance{
 		{name: "nats-1", process: "nats"}, {name: "sim", process: "sim"},
 		{name: "hotel", process: "hotel"}, {name: "hotel-2", process: "hotel"}, {name: "reconciler-2", process: "reconciler"},
-	} {
-		s.insts = append(s.insts, in)
-	}
+	}...)
 	ids, pubs, err := s.provisionNATS()
 	require.NoError(t, err)
 	require.Len(t, pubs, len(ids))
@@ -50,12 +48,10 @@ func TestNATSIdentityOfEachChild(t *testing.T) {
 func TestOperatorTokenOnlyToTheReconciler(t *testing.T) {
 	t.Setenv("OPERATOR_TOKEN", "from-up")
 	s := &Stack{cfg: Config{Dir: t.TempDir(), Env: []string{"OPERATOR_TOKEN=from-config"}}, Addr: map[string]string{}}
-	for _, in := range []*instance{
+	s.insts = append(s.insts, []*instance{
 		{name: "sim", process: "sim"}, {name: "hotel", process: "hotel"}, {name: "trips", process: "trips"},
 		{name: "reconciler", process: "reconciler"}, {name: "reconciler-2", process: "reconciler"},
-	} {
-		s.insts = append(s.insts, in)
-	}
+	}...)
 	token := func(env []string) []string {
 		return slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return !strings.HasPrefix(kv, "OPERATOR_TOKEN=") })
 	}

@@ -26,7 +26,7 @@ import (
 	"github.com/tripsaga/tripsaga/natsauth"
 )
 
-var binary string //nolint:gochecknoglobals // built once in TestMain
+var binary string
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))

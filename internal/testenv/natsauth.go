@@ -14,7 +14,7 @@ import (
 
 // credsDirs maps each embedded server started by [NATSWith] to the folder
 // of its identities' seed files.
-var credsDirs sync.Map // *server.Server -> string
+var credsDirs sync.Map //nolint:gochecknoglobals // one per test binary; *server.Server -> string
 
 // identities makes opts require the NATS identities (natsauth)
 // of the test's catalogue (STEPS; the default one when unset), unless the

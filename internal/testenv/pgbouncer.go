@@ -95,11 +95,11 @@ logfile = %s
 	go func() { exited <- cmd.Wait() }()
 	tb.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-exited
+		<-exited //nolint:errcheck // killed: its error says so
 	})
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil { //nolint:noctx // a bounded poll (1 s per dial, 30 s in all)
 			_ = c.Close()
 			break
 		}

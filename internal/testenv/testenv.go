@@ -49,9 +49,9 @@ func Postgres(tb testing.TB) string {
 }
 
 var (
-	rolesOnce sync.Once
-	rolesPW   map[string]string
-	rolesErr  error
+	rolesOnce sync.Once         //nolint:gochecknoglobals // once per test binary
+	rolesPW   map[string]string //nolint:gochecknoglobals // once per test binary
+	rolesErr  error             //nolint:gochecknoglobals // once per test binary
 )
 
 // Roles makes the roles of pgroles.Default in the test cluster (once per

@@ -110,7 +110,7 @@ func TestMiddleware(t *testing.T) {
 	require.Equal(t, byName["caller"].SpanContext.SpanID(), server.Parent.SpanID())
 	attrs := map[string]string{}
 	for _, a := range server.Attributes {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	require.Equal(t, "404", attrs["http.response.status_code"])
 	require.Equal(t, "/trips/{id}", attrs["http.route"])

@@ -126,7 +126,7 @@ func (s *system) book(t *testing.T, email string) string {
 func attr(s tracetest.SpanStub, k attribute.Key) string {
 	for _, a := range s.Attributes {
 		if a.Key == k {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""

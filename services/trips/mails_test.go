@@ -34,7 +34,7 @@ type mailRig struct {
 	a, b    *Service
 }
 
-var mailTiming = saga.Timing{ //nolint:gochecknoglobals // test timing
+var mailTiming = saga.Timing{
 	CallTimeout: 500 * time.Millisecond, StepDeadline: 2 * time.Second,
 	RetryBackoffMin: 20 * time.Millisecond, RetryBackoffMax: 200 * time.Millisecond,
 	UndoBackoffMin: 20 * time.Millisecond, UndoBackoffMax: 200 * time.Millisecond,

@@ -84,7 +84,7 @@ func run(log *slog.Logger) error {
 	if err := dbos.Launch(dctx); err != nil {
 		return fmt.Errorf("dbos launch: %w", err)
 	}
-	defer dbos.Shutdown(dctx, 10*time.Second)
+	defer func() { _ = dbos.Shutdown(dctx, 10*time.Second) }() // exiting: nothing to do with its error
 
 	l, err := net.Listen("tcp", env["HTTP_ADDR"])
 	if err != nil {
