@@ -38,6 +38,16 @@
 #ifndef REPLICAS
 #define REPLICAS 2
 #endif
+/* replicas of each step service (REPLICAS unless set one by one) */
+#ifndef RH
+#define RH REPLICAS
+#endif
+#ifndef RP
+#define RP REPLICAS
+#endif
+#ifndef RC
+#define RC REPLICAS
+#endif
 
 /* steps (= services: the trips service runs the mail step) */
 #define HOTEL 0
@@ -45,7 +55,7 @@
 #define CAR   2
 #define MAIL  3
 #define NS    4
-#define IX(t, s) ((t) * NS + (s))
+#define IX(sc_t, sc_s) ((sc_t) * NS + (sc_s))
 
 /* step log status (saga/step.go) */
 #define NONE         0
@@ -82,18 +92,18 @@
 #define R_NONE    5
 #define R_REFUSED 6
 
-/* events: bit numbers in a trip's masks */
+/* events: bit numbers in a trip'sc_s masks */
 #define E_TREQ 0
-#define EV_DONE(s)   (1 + 5 * (s))
-#define EV_REJ(s)    (2 + 5 * (s))
-#define EV_FAIL(s)   (3 + 5 * (s))
-#define EV_UNDONE(s) (4 + 5 * (s))
-#define EV_STUCK(s)  (5 + 5 * (s))
+#define EV_DONE(sc_s)   (1 + 5 * (sc_s))
+#define EV_REJ(sc_s)    (2 + 5 * (sc_s))
+#define EV_FAIL(sc_s)   (3 + 5 * (sc_s))
+#define EV_UNDONE(sc_s) (4 + 5 * (sc_s))
+#define EV_STUCK(sc_s)  (5 + 5 * (sc_s))
 #define E_TCONF 16
 #define E_TCANC 17
-#define B(e) (1 << (e))
-#define HAS(m, e) (((m) & B(e)) != 0)
-/* what each service's inboxes consume (events/catalogue.go) */
+#define B(sc_e) (1 << (sc_e))
+#define HAS(sc_m, sc_e) (((sc_m) & B(sc_e)) != 0)
+/* what each service'sc_s inboxes consume (events/catalogue.go) */
 #define MASK_HOTEL (B(E_TREQ) | B(EV_REJ(PAY)) | B(EV_FAIL(PAY)) | B(EV_UNDONE(PAY)) | B(EV_STUCK(PAY)))
 #define MASK_PAY   (B(EV_DONE(HOTEL)) | B(EV_REJ(CAR)) | B(EV_FAIL(CAR)) | B(EV_STUCK(CAR)))
 #define MASK_CAR   (B(EV_DONE(PAY)))
@@ -123,8 +133,8 @@ byte owner[NT * NS];      /* replica id of the lease */
 byte att[NT * NS];        /* attempts */
 byte uatt[NT * NS];       /* undo_attempts */
 bit  cause[NT * NS];
-bit  dl[NT * NS];         /* the step's deadline has passed */
-bit  vrf[NT * NS];        /* verify_at set: ask again later (late commit) */
+bit  dl[NT * NS];         /* the step'sc_s deadline has passed */
+bit  vrf[NT * NS];        /* verify_at set: ask again sc_later (late commit) */
 byte inc[NT * NS];        /* open incident of the step */
 /* inbox tables, per trip and consuming service: event bits handled */
 int  inbox[NT * NS];
@@ -137,23 +147,29 @@ byte topen[NT];           /* step bits of open undos */
 byte mailkind[NT];        /* the status the mail row was recorded for */
 
 /* ---- JetStream: a stream is a set of event ids (the duplicate window
- * drops a re-published id); a consumer's acks per service ---- */
+ * drops a re-published id); a consumer'sc_s acks per service ---- */
 int  stream[NT];
 int  acked[NT * NS];
 
 /* ---- companies, per Idempotency-Key <trip>:<step> ---- */
 byte comp[NT * NS];
 bit  late[NT * NS];       /* a request that timed out may still commit */
-bit  refuses[NT * NS];    /* the company refuses this key's undo for good */
+bit  refuses[NT * NS];    /* the company refuses this key'sc_s undo for good */
 byte inflight[NT * NS];   /* calls of the key in flight */
 byte undos[NT * NS];      /* records undone (in force -> undone) */
 byte mails[NT];           /* final mails the mail relay accepted */
-byte rooms = 1;           /* the hotel's last room */
+byte rooms = 1;           /* the hotel'sc_s last room */
 
-/* ---- replicas (id 1..): their job, visible to the lease rule ---- */
-#define NR (3 * REPLICAS + 2)
+/* ---- replicas (id 1..): their sc_job, visible to the lease rule ---- */
+#define NR (RH + RP + RC + 2)
 byte rjob[NR];
-byte rjt[NR];             /* the job's trip */
+byte rjt[NR];             /* the sc_job'sc_s trip */
+
+/* scratch of one atomic step, never carried from one step to the next:
+ * hidden, out of the state vector */
+hidden byte sc_t, sc_e, sc_i, sc_s, sc_nst, sc_nopen, sc_job;
+hidden byte sc_later, sc_undoing;
+hidden int sc_m;
 
 byte faults = FAULTS;
 byte crashes = CRASHES;
@@ -162,56 +178,56 @@ byte crashes = CRASHES;
 
 /* the trips projection: services/trips/chain.go project(), for the
  * chain hotel, payment, car */
-inline project(t) {
-  m = seen[t];
+inline project(sc_t) {
+  sc_m = seen[sc_t];
   if
-  :: HAS(m, EV_DONE(CAR)) -> nst = T_CONFIRMED; nopen = 0
+  :: HAS(sc_m, EV_DONE(CAR)) -> sc_nst = T_CONFIRMED; sc_nopen = 0
   :: else ->
      if
-     :: (m & (B(EV_REJ(HOTEL)) | B(EV_FAIL(HOTEL)) | B(EV_STUCK(HOTEL)) |
+     :: (sc_m & (B(EV_REJ(HOTEL)) | B(EV_FAIL(HOTEL)) | B(EV_STUCK(HOTEL)) |
               B(EV_REJ(PAY)) | B(EV_FAIL(PAY)) | B(EV_STUCK(PAY)) |
               B(EV_REJ(CAR)) | B(EV_FAIL(CAR)) | B(EV_STUCK(CAR)))) == 0 ->
-        nst = T_PENDING; nopen = 0
+        sc_nst = T_PENDING; sc_nopen = 0
      :: else ->
-        later = 0; undoing = 0; nopen = 0; s = CAR;
+        sc_later = 0; sc_undoing = 0; sc_nopen = 0; sc_s = CAR;
         do
         :: true ->
            if
-           :: (HAS(m, EV_DONE(s)) || HAS(m, EV_STUCK(s)) || later) &&
-              !(HAS(m, EV_REJ(s)) || HAS(m, EV_FAIL(s)) || HAS(m, EV_UNDONE(s))) ->
+           :: (HAS(sc_m, EV_DONE(sc_s)) || HAS(sc_m, EV_STUCK(sc_s)) || sc_later) &&
+              !(HAS(sc_m, EV_REJ(sc_s)) || HAS(sc_m, EV_FAIL(sc_s)) || HAS(sc_m, EV_UNDONE(sc_s))) ->
               if
-              :: HAS(m, EV_STUCK(s)) -> nopen = nopen | (1 << s)
-              :: else -> undoing = 1
+              :: HAS(sc_m, EV_STUCK(sc_s)) -> sc_nopen = sc_nopen | (1 << sc_s)
+              :: else -> sc_undoing = 1
               fi
            :: else -> skip
            fi;
-           later = later || ((m & (B(EV_DONE(s)) | B(EV_REJ(s)) | B(EV_FAIL(s)) | B(EV_UNDONE(s)) | B(EV_STUCK(s)))) != 0);
+           sc_later = sc_later || ((sc_m & (B(EV_DONE(sc_s)) | B(EV_REJ(sc_s)) | B(EV_FAIL(sc_s)) | B(EV_UNDONE(sc_s)) | B(EV_STUCK(sc_s)))) != 0);
            if
-           :: s == HOTEL -> break
-           :: else -> s--
+           :: sc_s == HOTEL -> break
+           :: else -> sc_s--
            fi
         od;
-        nst = ((undoing || nopen != 0) -> T_CANCELING : T_CANCELED)
+        sc_nst = ((sc_undoing || sc_nopen != 0) -> T_CANCELING : T_CANCELED)
      fi
   fi
 }
 
-/* saga.Runner.Request inside the trigger's inbox transaction: the row is
- * written started with this replica's lease; the call is launched after
- * the commit (when a slot is free: one job per replica here) */
-inline request(t, s) {
+/* saga.Runner.Request inside the trigger'sc_s inbox transaction: the row is
+ * written started with this replica'sc_s lease; the call is launched after
+ * the commit (when a slot is free: one sc_job per replica here) */
+inline request(sc_t, sc_s) {
 #ifdef BUG_CALL_BEFORE_LOG
   if
-  :: s != MAIL && st[IX(t, s)] == NONE && rjob[me] == J_NONE ->
-     rjob[me] = J_FWD_NOLOG; rjt[me] = t; phase = P_CLAIMED
+  :: sc_s != MAIL && st[IX(sc_t, sc_s)] == NONE && rjob[me] == J_NONE ->
+     rjob[me] = J_FWD_NOLOG; rjt[me] = sc_t; phase = P_CLAIMED
   :: else ->
 #endif
   if
-  :: st[IX(t, s)] == NONE ->
-     st[IX(t, s)] = STARTED; att[IX(t, s)] = 1;
-     leased[IX(t, s)] = 1; owner[IX(t, s)] = me;
+  :: st[IX(sc_t, sc_s)] == NONE ->
+     st[IX(sc_t, sc_s)] = STARTED; att[IX(sc_t, sc_s)] = 1;
+     leased[IX(sc_t, sc_s)] = 1; owner[IX(sc_t, sc_s)] = me;
      if
-     :: rjob[me] == J_NONE -> rjob[me] = J_FWD; rjt[me] = t; jg = 1; phase = P_CLAIMED
+     :: rjob[me] == J_NONE -> rjob[me] = J_FWD; rjt[me] = sc_t; jg = 1; phase = P_CLAIMED
      :: else -> skip   /* waits for a slot; its lease runs out meanwhile */
      fi
   :: else -> skip     /* recorded already, or voided */
@@ -222,45 +238,45 @@ inline request(t, s) {
 }
 
 /* saga.Runner.RequestUndoOf / undoRow */
-inline request_undo(t, s) {
-  i = IX(t, s);
+inline request_undo(sc_t, sc_s) {
+  sc_i = IX(sc_t, sc_s);
   if
-  :: st[i] == NONE ->
-     st[i] = VOIDED; outbox[t] = outbox[t] | B(EV_UNDONE(s))
-  :: st[i] == DONE || st[i] == UNKNOWN ->
-     st[i] = COMPENSATING; cause[i] = C_COMP; leased[i] = 0
-  :: st[i] == STARTED ->
-     st[i] = COMPENSATING; cause[i] = C_COMP   /* a call in flight keeps its lease */
+  :: st[sc_i] == NONE ->
+     st[sc_i] = VOIDED; outbox[sc_t] = outbox[sc_t] | B(EV_UNDONE(sc_s))
+  :: st[sc_i] == DONE || st[sc_i] == UNKNOWN ->
+     st[sc_i] = COMPENSATING; cause[sc_i] = C_COMP; leased[sc_i] = 0
+  :: st[sc_i] == STARTED ->
+     st[sc_i] = COMPENSATING; cause[sc_i] = C_COMP   /* a call in flight keeps its lease */
   :: else -> skip
   fi
 }
 
-/* an event's effect in its consumer's inbox transaction */
-inline effect(t, e) {
+/* an event'sc_s effect in its consumer'sc_s inbox transaction */
+inline effect(sc_t, sc_e) {
   if
-  :: svc == HOTEL && e == E_TREQ -> request(t, HOTEL)
-  :: svc == HOTEL && e != E_TREQ -> request_undo(t, HOTEL)
-  :: svc == PAY && e == EV_DONE(HOTEL) -> request(t, PAY)
-  :: svc == PAY && e != EV_DONE(HOTEL) -> request_undo(t, PAY)
-  :: svc == CAR -> request(t, CAR)
+  :: svc == HOTEL && sc_e == E_TREQ -> request(sc_t, HOTEL)
+  :: svc == HOTEL && sc_e != E_TREQ -> request_undo(sc_t, HOTEL)
+  :: svc == PAY && sc_e == EV_DONE(HOTEL) -> request(sc_t, PAY)
+  :: svc == PAY && sc_e != EV_DONE(HOTEL) -> request_undo(sc_t, PAY)
+  :: svc == CAR -> request(sc_t, CAR)
   :: svc == MAIL ->
      /* services/trips project(): the set of kinds seen gives the status;
       * a final status publishes trip.confirmed/canceled and records the
       * mail step in the same transaction */
-     seen[t] = seen[t] | B(e);
+     seen[sc_t] = seen[sc_t] | B(sc_e);
      if
-     :: tstat[t] == T_CONFIRMED || tstat[t] == T_CANCELED -> skip
+     :: tstat[sc_t] == T_CONFIRMED || tstat[sc_t] == T_CANCELED -> skip
      :: else ->
-        project(t);
-        topen[t] = nopen;
+        project(sc_t);
+        topen[sc_t] = sc_nopen;
         if
-        :: nst != tstat[t] ->
-           tstat[t] = nst;
+        :: sc_nst != tstat[sc_t] ->
+           tstat[sc_t] = sc_nst;
            if
-           :: nst == T_CONFIRMED ->
-              outbox[t] = outbox[t] | B(E_TCONF); mailkind[t] = T_CONFIRMED; request(t, MAIL)
-           :: nst == T_CANCELED ->
-              outbox[t] = outbox[t] | B(E_TCANC); mailkind[t] = T_CANCELED; request(t, MAIL)
+           :: sc_nst == T_CONFIRMED ->
+              outbox[sc_t] = outbox[sc_t] | B(E_TCONF); mailkind[sc_t] = T_CONFIRMED; request(sc_t, MAIL)
+           :: sc_nst == T_CANCELED ->
+              outbox[sc_t] = outbox[sc_t] | B(E_TCANC); mailkind[sc_t] = T_CANCELED; request(sc_t, MAIL)
            :: else -> skip
            fi
         :: else -> skip
@@ -276,14 +292,14 @@ inline crash() {
   crashes--;
   if
   :: phase == P_CALLING ->
-     t = rjt[me]; i = IX(t, svc); job = rjob[me];
-     company_abandoned(i, svc); inflight[i]--
+     sc_t = rjt[me]; sc_i = IX(sc_t, svc); sc_job = rjob[me];
+     company_abandoned(sc_i, svc); inflight[sc_i]--
   :: else -> skip
   fi;
 #ifdef BUG_INBOX_APART
   pend = 255;
 #endif
-  rjob[me] = J_NONE; phase = P_IDLE
+  rjob[me] = J_NONE; phase = P_IDLE; res = 0; jg = 0
 }
 
 /* outbox.Inbox.process: the inbox row and the effect in one transaction,
@@ -291,7 +307,7 @@ inline crash() {
 #ifndef BUG_INBOX_APART
 #define DELIVER(T, E) \
   :: atomic { HAS(CONSUMES(svc), E) && HAS(stream[T], E) && !HAS(acked[IX(T, svc)], E) \
-       BUGGUARD(E) -> \
+       BUGGUARD(T, E) -> \
        if \
        :: !HAS(inbox[IX(T, svc)], E) -> inbox[IX(T, svc)] = inbox[IX(T, svc)] | B(E); effect(T, E) \
        :: else -> skip /* a duplicate: acked */ \
@@ -311,9 +327,9 @@ inline crash() {
        fi }
 #endif
 #ifdef BUG_CALL_BEFORE_LOG
-#define BUGGUARD(E) && (rjob[me] == J_NONE || st[IX(T, svc)] != NONE || !((svc == HOTEL && E == E_TREQ) || (svc == PAY && E == EV_DONE(HOTEL)) || (svc == CAR && E == EV_DONE(PAY))))
+#define BUGGUARD(T, E) && (rjob[me] == J_NONE || st[IX(T, svc)] != NONE || !((svc == HOTEL && E == E_TREQ) || (svc == PAY && E == EV_DONE(HOTEL)) || (svc == CAR && E == EV_DONE(PAY))))
 #else
-#define BUGGUARD(E)
+#define BUGGUARD(T, E)
 #endif
 
 /* saga.Runner.claim: a due row (not leased, not parked by a refusal)
@@ -323,14 +339,22 @@ inline crash() {
                 !leased[IX(T, svc)])
 #define CLAIM(T) \
   :: atomic { rjob[me] == J_NONE && DUE(T) -> \
-       i = IX(T, svc); rjt[me] = T; phase = P_CLAIMED; \
+       sc_i = IX(T, svc); rjt[me] = T; phase = P_CLAIMED; \
        if \
-       :: st[i] == COMPENSATING -> uatt[i]++; rjob[me] = J_UNDO; jg = uatt[i] \
-       :: st[i] != COMPENSATING && svc != MAIL && dl[i] -> \
-          st[i] = COMPENSATING; cause[i] = C_DEADLINE; uatt[i]++; rjob[me] = J_UNDO; jg = uatt[i] \
-       :: else -> st[i] = STARTED; att[i]++; rjob[me] = J_FWD; jg = att[i] \
+       :: st[sc_i] == COMPENSATING -> uatt[sc_i]++; rjob[me] = J_UNDO; jg = uatt[sc_i] \
+       :: st[sc_i] != COMPENSATING && svc != MAIL -> \
+          /* time passes: the deadline may be past now, and stays past */ \
+          if \
+          :: dl[sc_i] = 1 \
+          :: !dl[sc_i] \
+          fi; \
+          if \
+          :: dl[sc_i] -> st[sc_i] = COMPENSATING; cause[sc_i] = C_DEADLINE; uatt[sc_i]++; rjob[me] = J_UNDO; jg = uatt[sc_i] \
+          :: else -> st[sc_i] = STARTED; att[sc_i]++; rjob[me] = J_FWD; jg = att[sc_i] \
+          fi \
+       :: st[sc_i] != COMPENSATING && svc == MAIL -> st[sc_i] = STARTED; att[sc_i]++; rjob[me] = J_FWD; jg = att[sc_i] \
        fi; \
-       leased[i] = 1; owner[i] = me }
+       leased[sc_i] = 1; owner[sc_i] = me }
 
 /* saga.Runner.verify: an undone step whose undo found nothing is asked
  * again by key; found in force (a late commit), it is undone again.
@@ -339,24 +363,24 @@ inline crash() {
 #define VERIFY(T) \
   :: atomic { rjob[me] == J_NONE && vrf[IX(T, svc)] && !leased[IX(T, svc)] && \
        (comp[IX(T, svc)] == CA || !late[IX(T, svc)]) -> \
-       i = IX(T, svc); vrf[i] = 0; \
+       sc_i = IX(T, svc); vrf[sc_i] = 0; \
        if \
-       :: comp[i] == CA -> st[i] = COMPENSATING \
+       :: comp[sc_i] == CA -> st[sc_i] = COMPENSATING \
        :: else -> skip /* nothing, and nothing can commit late any more */ \
        fi }
 
-/* the company's side of a create by key */
-inline company_create(i, s) {
+/* the company'sc_s side of a create by key */
+inline company_create(sc_i, sc_s) {
   if
-  :: comp[i] == CN ->
+  :: comp[sc_i] == CN ->
      if
-     :: s != HOTEL || rooms > 0 ->
+     :: sc_s != HOTEL || rooms > 0 ->
         if
-        :: s == HOTEL -> rooms-- :: else -> skip
+        :: sc_s == HOTEL -> rooms-- :: else -> skip
         fi;
-        comp[i] = CA;
+        comp[sc_i] = CA;
         if
-        :: s == MAIL -> assert(mails[i / NS] == 0); mails[i / NS]++
+        :: sc_s == MAIL -> assert(mails[sc_i / NS] == 0); mails[sc_i / NS]++
         :: else -> skip
         fi;
         if
@@ -364,61 +388,61 @@ inline company_create(i, s) {
         :: faults > 0 -> faults--; res = R_UNK   /* committed, the answer lost */
         fi
 #ifndef NOREJECT
-     :: s != MAIL -> comp[i] = CR; res = R_REJ   /* sold out, declined */
+     :: sc_s != MAIL -> comp[sc_i] = CR; res = R_REJ   /* sold out, declined */
 #endif
-     :: s == HOTEL && rooms == 0 -> comp[i] = CR; res = R_REJ   /* sold out: the last room is gone */
+     :: sc_s == HOTEL && rooms == 0 -> comp[sc_i] = CR; res = R_REJ   /* sold out: the last room is gone */
      :: faults > 0 -> faults--; res = R_UNK                     /* 5xx, nothing done */
-     :: faults > 0 && s != MAIL -> faults--; late[i] = 1; res = R_UNK  /* times out, may commit late */
+     :: faults > 0 && sc_s != MAIL -> faults--; late[sc_i] = 1; res = R_UNK  /* times out, may commit late */
      fi
-  :: comp[i] == CA ->
+  :: comp[sc_i] == CA ->
      if
      :: res = R_DONE   /* the same key again: the same record */
      :: faults > 0 -> faults--; res = R_UNK
      fi
-  :: comp[i] == CR ->
+  :: comp[sc_i] == CR ->
      if
      :: res = R_REJ
      :: faults > 0 -> faults--; res = R_UNK
      fi
-  :: comp[i] == CU -> res = R_UNK   /* undone: not in force */
+  :: comp[sc_i] == CU -> res = R_UNK   /* undone: not in force */
   fi
 }
 
 /* a late request lands (or is dropped) */
-inline company_late(i, s) {
-  late[i] = 0;
+inline company_late(sc_i, sc_s) {
+  late[sc_i] = 0;
   if
-  :: comp[i] == CN && (s != HOTEL || rooms > 0) ->
-     if :: s == HOTEL -> rooms-- :: else -> skip fi;
-     comp[i] = CA
+  :: comp[sc_i] == CN && (sc_s != HOTEL || rooms > 0) ->
+     if :: sc_s == HOTEL -> rooms-- :: else -> skip fi;
+     comp[sc_i] = CA
   :: else -> skip
   fi
 }
 
-/* the company's side of an undo by key */
-inline company_undo(i, s) {
+/* the company'sc_s side of an undo by key */
+inline company_undo(sc_i, sc_s) {
   if
-  :: refuses[i] -> res = R_REFUSED
+  :: refuses[sc_i] -> res = R_REFUSED
   :: else ->
      if
-     :: comp[i] == CA ->
+     :: comp[sc_i] == CA ->
         if
         :: true ->
-           assert(undos[i] == 0); undos[i]++; comp[i] = CU;
-           if :: s == HOTEL -> rooms++ :: else -> skip fi;
+           assert(undos[sc_i] == 0); undos[sc_i]++; comp[sc_i] = CU;
+           if :: sc_s == HOTEL -> rooms++ :: else -> skip fi;
            if
            :: res = R_UNDONE
            :: faults > 0 -> faults--; res = R_UNK   /* undone, the answer lost */
            fi
         :: faults > 0 -> faults--; res = R_UNK       /* 5xx, not undone */
-        :: faults > 0 -> faults--; refuses[i] = 1; res = R_REFUSED  /* 422 card closed */
+        :: faults > 0 -> faults--; refuses[sc_i] = 1; res = R_REFUSED  /* 422 card closed */
         fi
-     :: comp[i] == CU ->
+     :: comp[sc_i] == CU ->
         if
         :: res = R_UNDONE
         :: faults > 0 -> faults--; res = R_UNK
         fi
-     :: comp[i] == CN || comp[i] == CR ->
+     :: comp[sc_i] == CN || comp[sc_i] == CR ->
         if
         :: res = R_NONE
         :: faults > 0 -> faults--; res = R_UNK
@@ -427,64 +451,64 @@ inline company_undo(i, s) {
   fi
 }
 
-/* the company's side of a call its caller abandoned (killed) */
-inline company_abandoned(i, s) {
+/* the company'sc_s side of a call its caller abandoned (killed) */
+inline company_abandoned(sc_i, sc_s) {
   if
   :: skip                                   /* never arrived */
-  :: job == J_UNDO -> company_undo(i, s)    /* done, nobody hears */
-  :: job != J_UNDO -> company_create(i, s)
+  :: sc_job == J_UNDO -> company_undo(sc_i, sc_s)    /* done, nobody hears */
+  :: sc_job != J_UNDO -> company_create(sc_i, sc_s)
   fi
 }
 
-/* saga.Runner.forward's answer, recorded only if the row is still as
+/* saga.Runner.forward'sc_s answer, recorded only if the row is still as
  * claimed (updateIf / inTx: status started, same attempts) */
-inline record_forward(i, t, s) {
+inline record_forward(sc_i, sc_t, sc_s) {
   if
-  :: st[i] == STARTED && att[i] == jg ->
-     leased[i] = 0;   /* endLease; an unknown one is due after its backoff */
+  :: st[sc_i] == STARTED && att[sc_i] == jg ->
+     leased[sc_i] = 0;   /* endLease; an unknown one is due after its backoff */
      if
-     :: res == R_DONE -> st[i] = DONE; outbox[t] = outbox[t] | B(EV_DONE(s))
-     :: res == R_REJ -> st[i] = REJECTED; outbox[t] = outbox[t] | B(EV_REJ(s))
+     :: res == R_DONE -> st[sc_i] = DONE; outbox[sc_t] = outbox[sc_t] | B(EV_DONE(sc_s))
+     :: res == R_REJ -> st[sc_i] = REJECTED; outbox[sc_t] = outbox[sc_t] | B(EV_REJ(sc_s))
      :: res == R_UNK ->
 #ifdef BUG_TIMEOUT_FAILS
         if
-        :: s != MAIL -> st[i] = FAILED; outbox[t] = outbox[t] | B(EV_FAIL(s))
-        :: else -> st[i] = UNKNOWN
+        :: sc_s != MAIL -> st[sc_i] = FAILED; outbox[sc_t] = outbox[sc_t] | B(EV_FAIL(sc_s))
+        :: else -> st[sc_i] = UNKNOWN
         fi
 #else
-        st[i] = UNKNOWN   /* unknown is not failed: asked again by the same key */
+        st[sc_i] = UNKNOWN   /* unknown is not failed: asked again by the same key */
 #endif
      fi
   :: else -> skip   /* undo asked for meanwhile, or another replica took it */
   fi
 }
 
-/* saga.Runner.undo's answer */
-inline record_undo(i, t, s) {
+/* saga.Runner.undo'sc_s answer */
+inline record_undo(sc_i, sc_t, sc_s) {
   if
-  :: st[i] == COMPENSATING && uatt[i] == jg ->
-     leased[i] = 0;
+  :: st[sc_i] == COMPENSATING && uatt[sc_i] == jg ->
+     leased[sc_i] = 0;
      if
      :: res == R_REFUSED ->
         if
-        :: inc[i] != INC_REFUSED -> inc[i] = INC_REFUSED; outbox[t] = outbox[t] | B(EV_STUCK(s))
+        :: inc[sc_i] != INC_REFUSED -> inc[sc_i] = INC_REFUSED; outbox[sc_t] = outbox[sc_t] | B(EV_STUCK(sc_s))
         :: else -> skip
         fi
      :: res == R_UNK ->
         if
-        :: uatt[i] >= INCIDENT_AFTER && inc[i] == INC_NONE ->
-           inc[i] = INC_STUCK; outbox[t] = outbox[t] | B(EV_STUCK(s))
+        :: uatt[sc_i] >= INCIDENT_AFTER && inc[sc_i] == INC_NONE ->
+           inc[sc_i] = INC_STUCK; outbox[sc_t] = outbox[sc_t] | B(EV_STUCK(sc_s))
         :: else -> skip
         fi
      :: res == R_UNDONE || res == R_NONE ->
-        inc[i] = INC_NONE;   /* IncidentResolve */
+        inc[sc_i] = INC_NONE;   /* IncidentResolve */
         if
-        :: res == R_NONE && att[i] > 0 -> vrf[i] = 1
+        :: res == R_NONE && att[sc_i] > 0 -> vrf[sc_i] = 1
         :: else -> skip
         fi;
         if
-        :: cause[i] == C_DEADLINE -> st[i] = FAILED; outbox[t] = outbox[t] | B(EV_FAIL(s))
-        :: else -> st[i] = COMPENSATED; outbox[t] = outbox[t] | B(EV_UNDONE(s))
+        :: cause[sc_i] == C_DEADLINE -> st[sc_i] = FAILED; outbox[sc_t] = outbox[sc_t] | B(EV_FAIL(sc_s))
+        :: else -> st[sc_i] = COMPENSATED; outbox[sc_t] = outbox[sc_t] | B(EV_UNDONE(sc_s))
         fi
      fi
   :: else -> skip
@@ -492,10 +516,7 @@ inline record_undo(i, t, s) {
 }
 
 proctype Replica(byte svc; byte me) {
-  byte t, e, i, s, res, jg, phase, nst, nopen;
-  bit later, undoing;
-  int m;
-  byte job;
+  byte res, jg, phase;
 #ifdef BUG_INBOX_APART
   byte pend = 255, pt;
 #endif
@@ -523,43 +544,43 @@ end:
   /* leaseCovers + call: renew the lease if the row is still as claimed,
    * then send; a row that changed is not called */
   :: atomic { rjob[me] != J_NONE && phase == P_CLAIMED ->
-       t = rjt[me]; i = IX(t, svc); job = rjob[me];
+       sc_t = rjt[me]; sc_i = IX(sc_t, svc); sc_job = rjob[me];
        if
-       :: job == J_FWD_NOLOG ->
-          assert(inflight[i] == 0); inflight[i]++; phase = P_CALLING
-       :: (job == J_FWD && st[i] == STARTED && att[i] == jg) ||
-          (job == J_UNDO && st[i] == COMPENSATING && uatt[i] == jg) ->
-          leased[i] = 1; owner[i] = me;
-          assert(inflight[i] == 0);   /* never two calls of one key in flight */
-          inflight[i]++; phase = P_CALLING
-       :: else -> rjob[me] = J_NONE; phase = P_IDLE
+       :: sc_job == J_FWD_NOLOG ->
+          assert(inflight[sc_i] == 0); inflight[sc_i]++; phase = P_CALLING
+       :: (sc_job == J_FWD && st[sc_i] == STARTED && att[sc_i] == jg) ||
+          (sc_job == J_UNDO && st[sc_i] == COMPENSATING && uatt[sc_i] == jg) ->
+          leased[sc_i] = 1; owner[sc_i] = me;
+          assert(inflight[sc_i] == 0);   /* never two calls of one key in flight */
+          inflight[sc_i]++; phase = P_CALLING
+       :: else -> rjob[me] = J_NONE; phase = P_IDLE; jg = 0
        fi }
   /* the company answers (or not) */
   :: atomic { phase == P_CALLING ->
-       t = rjt[me]; i = IX(t, svc); job = rjob[me];
+       sc_t = rjt[me]; sc_i = IX(sc_t, svc); sc_job = rjob[me];
        if
-       :: job == J_UNDO -> company_undo(i, svc)
-       :: else -> company_create(i, svc)
+       :: sc_job == J_UNDO -> company_undo(sc_i, svc)
+       :: else -> company_create(sc_i, svc)
        fi;
-       inflight[i]--; phase = P_ANSWERED }
+       inflight[sc_i]--; phase = P_ANSWERED }
   /* the answer and its event in one transaction */
   :: atomic { phase == P_ANSWERED ->
-       t = rjt[me]; i = IX(t, svc); job = rjob[me];
+       sc_t = rjt[me]; sc_i = IX(sc_t, svc); sc_job = rjob[me];
        if
-       :: job == J_FWD -> record_forward(i, t, svc)
-       :: job == J_UNDO -> record_undo(i, t, svc)
-       :: job == J_FWD_NOLOG ->
+       :: sc_job == J_FWD -> record_forward(sc_i, sc_t, svc)
+       :: sc_job == J_UNDO -> record_undo(sc_i, sc_t, svc)
+       :: sc_job == J_FWD_NOLOG ->
           /* the bug: the row is written only now, with the answer */
           if
-          :: st[i] == NONE ->
-             att[i] = 1; st[i] = STARTED; jg = 1; record_forward(i, t, svc)
+          :: st[sc_i] == NONE ->
+             att[sc_i] = 1; st[sc_i] = STARTED; jg = 1; record_forward(sc_i, sc_t, svc)
           :: else -> skip
           fi
        fi;
-       rjob[me] = J_NONE; phase = P_IDLE }
-  /* SIGKILL with a job in hand, and a restart: what is in memory is
+       rjob[me] = J_NONE; phase = P_IDLE; res = 0; jg = 0 }
+  /* SIGKILL with a sc_job in hand, and a restart: what is in memory is
    * lost; the database, the streams and the companies keep theirs. The
-   * restart's recovery pass is the claims above. */
+   * restart'sc_s recovery pass is the claims above. */
   :: atomic { crashes > 0 && (rjob[me] != J_NONE
 #ifdef BUG_INBOX_APART
        || pend != 255
@@ -577,14 +598,12 @@ end:
 #else
 #define CALL_OVER(I) (inflight[I] == 0)
 #endif
-/* the owner's job is this row */
+/* the owner'sc_s sc_job is this row */
 #define OWNER_ON(I, T) (rjob[owner[I]] != J_NONE && rjt[owner[I]] == T)
 #define LEASE(T, S) \
   :: atomic { leased[IX(T, S)] && inflight[IX(T, S)] == 0 && !OWNER_ON(IX(T, S), T) -> leased[IX(T, S)] = 0 } \
   :: atomic { leased[IX(T, S)] && CALL_OVER(IX(T, S)) && OWNER_ON(IX(T, S), T) && faults > 0 -> \
        faults--; leased[IX(T, S)] = 0 /* a slow owner outlived its lease */ }
-#define DEADLINE(T, S) \
-  :: atomic { !dl[IX(T, S)] && (st[IX(T, S)] == STARTED || st[IX(T, S)] == UNKNOWN) -> dl[IX(T, S)] = 1 }
 #define LATE(T, S) \
   :: atomic { late[IX(T, S)] -> company_late(IX(T, S), S) }
 
@@ -593,12 +612,10 @@ end:
   do
   :: atomic { (outbox[0] & ~stream[0]) != 0 -> stream[0] = stream[0] | outbox[0] }
   LEASE(0, HOTEL) LEASE(0, PAY) LEASE(0, CAR) LEASE(0, MAIL)
-  DEADLINE(0, HOTEL) DEADLINE(0, PAY) DEADLINE(0, CAR)
   LATE(0, HOTEL) LATE(0, PAY) LATE(0, CAR)
 #if NT > 1
   :: atomic { (outbox[1] & ~stream[1]) != 0 -> stream[1] = stream[1] | outbox[1] }
   LEASE(1, HOTEL) LEASE(1, PAY) LEASE(1, CAR) LEASE(1, MAIL)
-  DEADLINE(1, HOTEL) DEADLINE(1, PAY) DEADLINE(1, CAR)
   LATE(1, HOTEL) LATE(1, PAY) LATE(1, CAR)
 #endif
   od
@@ -606,30 +623,30 @@ end:
 
 /* ---- the properties at quiescence (nothing can move: every event
  * handled, every row settled) ---- */
-#define ACTIVE(t, s) (comp[IX(t, s)] == CA)
-#define WHOLE(t) (tstat[t] == T_CONFIRMED && ACTIVE(t, HOTEL) && ACTIVE(t, PAY) && ACTIVE(t, CAR) && \
-                  mails[t] == 1 && mailkind[t] == T_CONFIRMED)
-#define EMPTY(t) (tstat[t] == T_CANCELED && !ACTIVE(t, HOTEL) && !ACTIVE(t, PAY) && !ACTIVE(t, CAR) && \
-                  mails[t] == 1 && mailkind[t] == T_CANCELED)
+#define ACTIVE(sc_t, sc_s) (comp[IX(sc_t, sc_s)] == CA)
+#define WHOLE(sc_t) (tstat[sc_t] == T_CONFIRMED && ACTIVE(sc_t, HOTEL) && ACTIVE(sc_t, PAY) && ACTIVE(sc_t, CAR) && \
+                  mails[sc_t] == 1 && mailkind[sc_t] == T_CONFIRMED)
+#define EMPTY(sc_t) (tstat[sc_t] == T_CANCELED && !ACTIVE(sc_t, HOTEL) && !ACTIVE(sc_t, PAY) && !ACTIVE(sc_t, CAR) && \
+                  mails[sc_t] == 1 && mailkind[sc_t] == T_CANCELED)
 /* canceling with an open undo incident: every record is undone but those
  * of the steps the trip names open, each with its incident open */
-#define OPENOK(t, s) ((!ACTIVE(t, s) && (topen[t] & (1 << s)) == 0) || \
-                      ((topen[t] & (1 << s)) != 0 && inc[IX(t, s)] == INC_REFUSED))
-#define STUCK(t) (tstat[t] == T_CANCELING && topen[t] != 0 && mails[t] == 0 && \
-                  OPENOK(t, HOTEL) && OPENOK(t, PAY) && OPENOK(t, CAR))
+#define OPENOK(sc_t, sc_s) ((!ACTIVE(sc_t, sc_s) && (topen[sc_t] & (1 << sc_s)) == 0) || \
+                      ((topen[sc_t] & (1 << sc_s)) != 0 && inc[IX(sc_t, sc_s)] == INC_REFUSED))
+#define STUCK(sc_t) (tstat[sc_t] == T_CANCELING && topen[sc_t] != 0 && mails[sc_t] == 0 && \
+                  OPENOK(sc_t, HOTEL) && OPENOK(sc_t, PAY) && OPENOK(sc_t, CAR))
 
 /* A record that commits late, after its undo by key found nothing and
  * the trip settled canceled (its mail sent), is found by the
  * verification and undone again; if that undo is refused for good, the
- * incident is open and named but the trip's status stays canceled
+ * incident is open and named but the trip'sc_s status stays canceled
  * (services/trips project() leaves a final status alone). The model
  * found this (docs/model.md, "Finding"); -DSTRICT refuses it. */
-#define REOPENED(t, s) (!ACTIVE(t, s) || inc[IX(t, s)] == INC_REFUSED)
+#define REOPENED(sc_t, sc_s) (!ACTIVE(sc_t, sc_s) || inc[IX(sc_t, sc_s)] == INC_REFUSED)
 #ifdef STRICT
-#define SETTLED_OPEN(t) false
+#define SETTLED_OPEN(sc_t) false
 #else
-#define SETTLED_OPEN(t) (tstat[t] == T_CANCELED && mails[t] == 1 && mailkind[t] == T_CANCELED && \
-                         REOPENED(t, HOTEL) && REOPENED(t, PAY) && REOPENED(t, CAR))
+#define SETTLED_OPEN(sc_t) (tstat[sc_t] == T_CANCELED && mails[sc_t] == 1 && mailkind[sc_t] == T_CANCELED && \
+                         REOPENED(sc_t, HOTEL) && REOPENED(sc_t, PAY) && REOPENED(sc_t, CAR))
 #endif
 
 active proctype Quiescence() {
@@ -649,10 +666,9 @@ init {
 #if NT > 1
     outbox[1] = B(E_TREQ);
 #endif
-    do
-    :: r < REPLICAS -> run Replica(HOTEL, 1 + r); run Replica(PAY, 1 + REPLICAS + r); run Replica(CAR, 1 + 2 * REPLICAS + r); r++
-    :: else -> break
-    od;
-    run Replica(MAIL, 1 + 3 * REPLICAS)
+    r = 0; do :: r < RH -> run Replica(HOTEL, 1 + r); r++ :: else -> break od;
+    r = 0; do :: r < RP -> run Replica(PAY, 1 + RH + r); r++ :: else -> break od;
+    r = 0; do :: r < RC -> run Replica(CAR, 1 + RH + RP + r); r++ :: else -> break od;
+    run Replica(MAIL, 1 + RH + RP + RC)
   }
 }
