@@ -54,7 +54,7 @@ for c in "${checks[@]}"; do
   if [ "$expect" = fail ] && [ "$got" = fail ]; then
     # the counter-example, trimmed to its steps and the final state
     # shellcheck disable=SC2086
-    spin -t -p -g -l $defs saga.pml 2>/dev/null | grep -E "^ *[0-9]+:|assertion|^\s+(st|comp|tstat|mails|inflight|seen|inc)\[" > "trail.txt" || true
+    spin -t -p -g -l $defs saga.pml 2>/dev/null | grep -E "^ *[0-9]+:|assertion|^\s+(st|comp|tstat|mails|inflight|seen|inc)\[" | grep -v ":init:" | cut -c1-220 > "trail.txt" || true
     if [ -n "${MODEL_KEEP_TRAILS:-}" ]; then cp trail.txt "$here/trails/$name.txt"; fi
     if [ ! -s "$here/trails/$name.txt" ]; then echo "  no kept trail model/trails/$name.txt"; verdict=WRONG; status=1; fi
   fi
