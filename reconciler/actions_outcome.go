@@ -81,7 +81,7 @@ func (o *Operator) Outcome(ctx context.Context, id string) (ActionOutcome, error
 	// an event it still cannot decode, say): that is its outcome too.
 	dls, err := o.DeadLetters(ctx)
 	if err != nil {
-		return out, nil // the dead letters not readable now: not reported yet
+		return out, nil //nolint:nilerr // the dead letters not readable now: not reported yet, asked again
 	}
 	for _, d := range dls {
 		if d.Stream == events.StreamOperator && d.EventID == id && d.Consumer == row.Service {
@@ -146,7 +146,7 @@ func (o *Operator) knownTarget(ctx context.Context, key string, ar ActionRequest
 	}
 	incs, err := o.r.serviceIncidents(ctx, ar.Service, base)
 	if err != nil {
-		return nil // not readable now: the service's outcome says
+		return nil //nolint:nilerr // not readable now: the outcome the service reports says what it did
 	}
 	var open []string
 	for _, in := range incs {
