@@ -338,14 +338,16 @@ func stoppedAt(t Timeline) string {
 			b.WriteString("; the traveler is not mailed yet")
 		}
 	default:
-		last := ""
+		// The newest event's name and its own age, from one entry (the
+		// entries are in time order); the view's time when none was read.
+		last, at := "", t.View.LastEventAt
 		for _, e := range t.Entries {
 			if e.Source == "event" {
-				last = e.What
+				last, at = e.What, e.At
 			}
 		}
 		fmt.Fprintf(&b, "%s, not settled: the newest event is %s, %s ago", t.View.Status, cmp.Or(last, "?"),
-			t.At.Sub(t.View.LastEventAt).Round(time.Second))
+			t.At.Sub(at).Round(time.Second))
 	}
 	for _, in := range t.Incidents {
 		if in.ResolvedAt == nil {

@@ -307,7 +307,7 @@ The reconciler is found at RECONCILER_URL, or through the up running in
 
 	var rf opFlags
 	retry := &cobra.Command{
-		Use: "retry <trip>", Short: "Ask the service to call the trip's undo now (lifts a pause)", Args: cobra.ExactArgs(1),
+		Use: "retry <trip>", Short: "Make the trip's unfinished steps at the service due now, a stuck undo or a forward step stuck unknown (forward_stuck) alike; lifts a pause", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runAction(cmd, &rf, reconciler.ActionRequest{Action: events.ActionRetryUndo, Trip: args[0], Service: rf.service})
 		},
