@@ -351,7 +351,7 @@ func stoppedAt(t Timeline) string {
 	}
 	for _, in := range t.Incidents {
 		if in.ResolvedAt == nil {
-			fmt.Fprintf(&b, "; open incident at %s: %s after %d attempt(s) (%s)", in.Step, in.Kind, in.Attempts, in.LastError)
+			fmt.Fprintf(&b, "; open incident at %s: %s after %d attempt(s) (%s)", in.Step, in.Kind, in.Calls(), in.LastError)
 		}
 	}
 	for _, p := range t.Paused {

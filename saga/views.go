@@ -13,13 +13,17 @@ import (
 // forward_refused, forward_answer_mismatch, compensation_answer_mismatch,
 // company_credentials). Retries go on while it is open.
 type Incident struct {
-	TripID     string     `json:"trip_id"`
-	Step       string     `json:"step"`
-	Kind       string     `json:"kind"`
-	Attempts   int        `json:"attempts"`
-	LastError  string     `json:"last_error"`
-	RaisedAt   time.Time  `json:"raised_at"`
-	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
+	TripID string `json:"trip_id"`
+	Step   string `json:"step"`
+	Kind   string `json:"kind"`
+	// Attempts is the calls made when it was raised (or last refreshed);
+	// AttemptsNow those its step (its undo, for an undo's incident) has
+	// made now, as the step log says.
+	Attempts    int        `json:"attempts"`
+	AttemptsNow int        `json:"attempts_now"`
+	LastError   string     `json:"last_error"`
+	RaisedAt    time.Time  `json:"raised_at"`
+	ResolvedAt  *time.Time `json:"resolved_at,omitempty"`
 	// ResolvedBy and Resolution say who resolved it and why, when an
 	// operator did (events.ActionResolve).
 	ResolvedBy string `json:"resolved_by,omitempty"`
@@ -42,7 +46,8 @@ func Incidents(ctx context.Context, db dbsqlc.DBTX) ([]Incident, error) {
 	}
 	out := make([]Incident, 0, len(rows))
 	for _, r := range rows {
-		inc := Incident{TripID: r.TripID, Step: r.Step, Kind: r.Kind, Attempts: int(r.Attempts), LastError: r.LastError, RaisedAt: r.RaisedAt.UTC(), ResolvedAt: r.ResolvedAt}
+		inc := Incident{TripID: r.TripID, Step: r.Step, Kind: r.Kind, Attempts: int(r.Attempts), AttemptsNow: int(r.AttemptsNow),
+			LastError: r.LastError, RaisedAt: r.RaisedAt.UTC(), ResolvedAt: r.ResolvedAt}
 		if r.ResolvedBy != nil {
 			inc.ResolvedBy = *r.ResolvedBy
 		}
@@ -53,6 +58,10 @@ func Incidents(ctx context.Context, db dbsqlc.DBTX) ([]Incident, error) {
 	}
 	return out, nil
 }
+
+// Calls returns the calls its step has made by now: AttemptsNow, or
+// Attempts from a service that does not give it.
+func (in Incident) Calls() int { return max(in.AttemptsNow, in.Attempts) }
 
 // StepView is a step log row, for operators.
 type StepView struct {

@@ -296,7 +296,7 @@ The reconciler is found at RECONCILER_URL, or through the up running in
 						state += " by " + in.ResolvedBy
 					}
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", in.Service, in.TripID, in.Step, in.Kind, in.Attempts,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", in.Service, in.TripID, in.Step, in.Kind, in.Calls(),
 					time.Since(in.RaisedAt).Round(time.Second), state, cmp.Or(in.Owner, "-"), oneLine(in.LastError, 80))
 			}
 			return tw.Flush()

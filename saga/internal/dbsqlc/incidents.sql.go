@@ -7,21 +7,42 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 )
 
 const incidentListAll = `-- name: IncidentListAll :many
-SELECT id, trip_id, step, kind, attempts, last_error, raised_at, resolved_at, resolved_by, resolution FROM incidents ORDER BY raised_at
+SELECT i.id, i.trip_id, i.step, i.kind, i.attempts, i.last_error, i.raised_at, i.resolved_at, i.resolved_by, i.resolution,
+       COALESCE(CASE WHEN i.kind LIKE 'compensation%' THEN s.undo_attempts ELSE s.attempts END, i.attempts)::int AS attempts_now
+FROM incidents i LEFT JOIN steps s ON s.trip_id = i.trip_id AND s.step = i.step
+ORDER BY i.raised_at
 `
 
-func (q *Queries) IncidentListAll(ctx context.Context, db DBTX) ([]Incident, error) {
+type IncidentListAllRow struct {
+	ID          int64
+	TripID      string
+	Step        string
+	Kind        string
+	Attempts    int32
+	LastError   string
+	RaisedAt    time.Time
+	ResolvedAt  *time.Time
+	ResolvedBy  *string
+	Resolution  *string
+	AttemptsNow int32
+}
+
+// Every incident, with its step's calls made now (its undo's for an
+// undo's incident): attempts is the count when it was raised or last
+// refreshed.
+func (q *Queries) IncidentListAll(ctx context.Context, db DBTX) ([]IncidentListAllRow, error) {
 	rows, err := db.Query(ctx, incidentListAll)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Incident
+	var items []IncidentListAllRow
 	for rows.Next() {
-		var i Incident
+		var i IncidentListAllRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.TripID,
@@ -33,6 +54,7 @@ func (q *Queries) IncidentListAll(ctx context.Context, db DBTX) ([]Incident, err
 			&i.ResolvedAt,
 			&i.ResolvedBy,
 			&i.Resolution,
+			&i.AttemptsNow,
 		); err != nil {
 			return nil, err
 		}

@@ -15,4 +15,10 @@ WHERE trip_id = @trip_id AND step = @step AND resolved_at IS NULL;
 SELECT * FROM incidents WHERE resolved_at IS NULL ORDER BY raised_at;
 
 -- name: IncidentListAll :many
-SELECT * FROM incidents ORDER BY raised_at;
+-- Every incident, with its step's calls made now (its undo's for an
+-- undo's incident): attempts is the count when it was raised or last
+-- refreshed.
+SELECT i.id, i.trip_id, i.step, i.kind, i.attempts, i.last_error, i.raised_at, i.resolved_at, i.resolved_by, i.resolution,
+       COALESCE(CASE WHEN i.kind LIKE 'compensation%' THEN s.undo_attempts ELSE s.attempts END, i.attempts)::int AS attempts_now
+FROM incidents i LEFT JOIN steps s ON s.trip_id = i.trip_id AND s.step = i.step
+ORDER BY i.raised_at;
