@@ -372,7 +372,7 @@ th{background:#f3f3f3}
 .stopped{font-size:1.05rem;padding:.5rem .75rem;background:#fff7e0;border-left:4px solid #e0a800;margin:.5rem 0 1rem}
 .settled{background:#eaf7ee;border-color:#1a7f37}
 .ev{color:#0b5cad}.step{color:#333}.incident{color:#b00020}.deadletter{color:#8a2be2}.operator{color:#0b7a75}
-td.cell{min-width:9rem}.what{font-weight:600}.detail{color:#555;font-size:.8rem}
+td.cell{min-width:7rem;max-width:18rem;overflow-wrap:anywhere}.scroll{overflow-x:auto;max-width:100%}.what{font-weight:600}.detail{color:#555;font-size:.8rem}
 .ops{background:#f6f8fa;padding:.5rem .75rem;margin:.5rem 0 1rem;border:1px solid #ddd}
 .ops input{margin-right:.5rem}#action-result{font-family:monospace;font-size:.8rem;white-space:pre-wrap}
 button{cursor:pointer}code,pre{font-size:.8rem}pre{margin:0;max-width:28rem;overflow:auto}
@@ -441,11 +441,11 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 <button class="action dismiss" data-needs-reason="1" data-key="{{key}}" data-body='{{json (dict "action" "dismiss" "trip" .TripID "incident" .Kind)}}' onclick="act(this)" title="seen by a person: no longer counted as open while it holds">dismiss</button></td></tr>{{end}}</table>{{end}}
 {{with dismissed .Findings}}<p id="dismissed">Dismissed, still holding: {{range .}}<span class="{{.Kind}}">{{.Kind}}</span> by {{.DismissedBy}} ({{.DismissReason}}) {{end}}</p>{{end}}
 <h2>Timeline</h2>
-<table id="timeline"><tr><th>time (UTC)</th><th>+</th>{{range .Columns}}<th>{{.}}</th>{{end}}</tr>
+<div class="scroll"><table id="timeline"><tr><th>time (UTC)</th><th>+</th>{{range .Columns}}<th>{{.}}</th>{{end}}</tr>
 {{range .Rows}}{{$e := .}}<tr class="entry {{.Source}}" data-column="{{.Column}}" data-what="{{.What}}"><td>{{.At.Format "15:04:05.000"}}</td><td>{{ms .Since}}</td>
 {{range .Cells}}<td class="cell">{{if .}}<div class="what {{if eq $e.Source "event"}}ev{{else}}{{$e.Source}}{{end}}">{{$e.What}}</div>{{with $e.Detail}}<div class="detail">{{.}}</div>{{end}}
 {{if eq $e.Source "deadletter"}}<button class="action redrive" data-key="{{key}}" data-needs-reason="1" data-body='{{json (dict "action" "redrive" "deadletter_seq" $e.Seq)}}' onclick="act(this)">re-drive</button>{{end}}{{end}}</td>{{end}}</tr>
-{{else}}<tr><td colspan="{{len .Columns}}">No event, step or incident of this trip was found.</td></tr>{{end}}</table>
+{{else}}<tr><td colspan="{{len .Columns}}">No event, step or incident of this trip was found.</td></tr>{{end}}</table></div>
 <h2>The companies' records now</h2>
 <table id="records"><tr><th>company</th><th>key</th><th>record</th></tr>
 {{range .Records}}<tr><td>{{.Company}} ({{.Resource}})</td><td>{{if .Key}}<code>{{.Key}}</code>{{if eq .KeyFrom "convention"}} (no step row read: asked by the step's key){{end}}{{else}}none to ask by{{end}}</td><td>{{if .Error}}not read: {{.Error}}{{else if .Record}}<b>{{index .Record "status"}}</b> <pre>{{json .Record}}</pre>{{else if .None}}none: the company has no record of this key{{else}}not asked{{end}}</td></tr>{{end}}</table>
@@ -490,7 +490,7 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 {{with .Rebuild}}<p id="rebuild" class="warn"><b>The view is {{if .Running}}being rebuilt{{else}}half rebuilt{{end}}</b> (since {{.Since.Format "2006-01-02 15:04:05"}} UTC): {{if .Running}}a replay is under way{{else}}its replay stopped half-way; run <code>tripsaga replay reconciler</code> again{{end}}. The figures and findings below are incomplete until it finishes, and the sweep raises none meanwhile.</p>{{end}}
 <table id="figures">
 <tr><th>unfinished trips</th><td id="fig-unfinished">{{.Unfinished}}</td><td>{{if .OldestUnfinished}}oldest <a href="/trips/{{.OldestUnfinished}}">{{.OldestUnfinished}}</a>, {{.OldestUnfinishedAge}} old{{else}}none{{end}}</td></tr>
-<tr><th>request to final answer, last hour</th><td>{{.Answers.N}} trips</td><td>p50 {{ms .Answers.P50}} · p95 {{ms .Answers.P95}} · p99 {{ms .Answers.P99}}</td></tr>
+<tr><th>request to final answer, last hour</th><td>{{.Answers.N}} trips <span title="the trips whose settling event this reconciler process applied; with several replicas each applies its share, so the counts of the replicas add up to all">(this replica's share)</span></td><td>p50 {{ms .Answers.P50}} · p95 {{ms .Answers.P95}} · p99 {{ms .Answers.P99}}</td></tr>
 <tr><th>half trips per day (sweep)</th><td colspan="2">{{range .HalfPerDay}}{{.Day}}: <b>{{.Count}}</b> &nbsp; {{end}}</td></tr>
 <tr><th>undo attempts (since the services started)</th><td colspan="2">{{range $k, $v := .UndoAttempts}}{{$k}} {{$v}} &nbsp; {{else}}none{{end}}</td></tr>
 <tr><th>incidents open</th><td id="fig-incidents"><a href="/incidents">{{.IncidentsOpen}}</a></td><td>every service's tripsaga_incidents_open</td></tr>
