@@ -42,10 +42,12 @@ type ActionOutcome struct {
 }
 
 // EffectDidNothing reports whether a service's effect says the action
-// changed nothing: refused ("refused: ...") or done to none ("0 open
-// incident(s) resolved", "0 unfinished step(s) due now").
+// changed nothing: refused ("refused: ...") or a resolve that found no
+// open incident ("0 open incident(s) resolved"). A retry or resume with
+// no step due ("0 unfinished step(s) due now") still lifted the trip's
+// pause, so it did something.
 func EffectDidNothing(effect string) bool {
-	return strings.HasPrefix(effect, "refused") || strings.HasPrefix(effect, "0 ")
+	return strings.HasPrefix(effect, "refused") || strings.HasPrefix(effect, "0 open incident(s) resolved")
 }
 
 // Outcome returns what the service reported of the action recorded with
@@ -63,19 +65,22 @@ func (o *Operator) Outcome(ctx context.Context, id string) (ActionOutcome, error
 		out.Reported, out.Done, out.At, out.Effect = true, true, row.CreatedAt.UTC(), "finding dismissed: it no longer counts as open while it holds"
 		return out, nil
 	}
-	if base, ok := o.r.cfg.Services[row.Service]; !ok {
+	base, ok := o.r.cfg.Services[row.Service]
+	if !ok {
+		// Nothing to read it from (the reconciler's own re-drives among
+		// them: it keeps no operator log), whatever it did.
 		out.Unread = fmt.Sprintf("the URL of %s is not known (%s)", row.Service, ServiceURLsEnv)
-	} else {
-		var log operatorLog
-		var nf *notFoundError
-		if err := getJSON(ctx, base+"/operator/"+url.PathEscape(row.TripID), &log); err != nil && !errors.As(err, &nf) {
-			out.Unread = fmt.Sprintf("%s operator log: %v", row.Service, err)
-		}
-		if i := slices.IndexFunc(log.Items, func(e saga.OperatorEntry) bool { return e.EventID == id }); i >= 0 {
-			e := log.Items[i]
-			out.Reported, out.Effect, out.At, out.Done = true, e.Effect, e.At, !EffectDidNothing(e.Effect)
-			return out, nil
-		}
+		return out, nil
+	}
+	var log operatorLog
+	var nf *notFoundError
+	if err := getJSON(ctx, base+"/operator/"+url.PathEscape(row.TripID), &log); err != nil && !errors.As(err, &nf) {
+		out.Unread = fmt.Sprintf("%s operator log: %v", row.Service, err)
+	}
+	if i := slices.IndexFunc(log.Items, func(e saga.OperatorEntry) bool { return e.EventID == id }); i >= 0 {
+		e := log.Items[i]
+		out.Reported, out.Effect, out.At, out.Done = true, e.Effect, e.At, !EffectDidNothing(e.Effect)
+		return out, nil
 	}
 	// A service that cannot carry the action out parks it (a re-drive of
 	// an event it still cannot decode, say): that is its outcome too.
