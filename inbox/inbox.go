@@ -184,6 +184,9 @@ func (c *Config) validate() error {
 type Inbox struct {
 	cfg   Config
 	types map[string]bool
+	// awaitingStream is true while Run waits for its stream to appear
+	// (see [ErrStreamAppeared]).
+	awaitingStream atomic.Bool
 	// uow runs each event's (or batch's) transaction: inbox rows, effect,
 	// and the relay's publish of what the handler wrote, after its commit.
 	uow  outbox.UnitOfWork
@@ -247,6 +250,7 @@ func (in *Inbox) Run(ctx context.Context) error {
 	// processes may start in any order. Meanwhile Check says so
 	// (ErrStreamMissing), which fails no readiness (see Readiness).
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		in.awaitingStream.Store(true)
 		in.cfg.Logger.Warn("inbox: the stream does not exist yet (its service creates it at start, or tripsaga streams apply); consuming once it appears",
 			"consumer", in.cfg.Name, "stream", in.cfg.Stream)
 		// While it waits (for as long as the stream's service is not run:
@@ -264,6 +268,7 @@ func (in *Inbox) Run(ctx context.Context) error {
 			}
 			cons, err = in.ensure(ctx)
 		}
+		in.awaitingStream.Store(false) // the consumer is created now (ensure), or Run ends
 		if err == nil {
 			in.cfg.Logger.Info("inbox: the stream appeared; consuming", "consumer", in.cfg.Name, "stream", in.cfg.Stream)
 		}

@@ -65,6 +65,13 @@ func TestReadinessOfInboxes(t *testing.T) {
 	}, "ready, waiting for PAYMENT only")
 
 	require.NoError(t, events.EnsureStreams(ctx, js, events.Selected()))
+	// Until the inbox's next look (within StreamWaitMax) the stream exists
+	// and its consumer does not: that fails no readiness either.
+	waits, err = Readiness(ctx, payment, trips, operator)
+	require.NoError(t, err, "a stream that has just appeared fails no readiness")
+	for _, w := range waits {
+		require.ErrorIs(t, w.Err, ErrStreamAppeared, "%s", w.Stream)
+	}
 	testenv.Eventually(t, func() bool {
 		waits, err := Readiness(ctx, payment, trips, operator)
 		return err == nil && len(waits) == 0

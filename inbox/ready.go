@@ -20,6 +20,13 @@ var ErrStalled = errors.New("inbox: consumer stalled")
 // deleted. [Inbox.Run] waits for it and consumes once it appears.
 var ErrStreamMissing = errors.New("inbox: the stream does not exist")
 
+// ErrStreamAppeared wraps [ErrStreamMissing]: the stream an inbox was
+// waiting for exists now, and [Inbox.Run] creates its consumer at its next
+// look (within [StreamWaitMax]). Like a missing stream it fails no
+// readiness: a process that waited in any order is not made unready by
+// the stream it waited for appearing.
+var ErrStreamAppeared = fmt.Errorf("%w yet for its consumer: it has just appeared", ErrStreamMissing)
+
 // CheckAll runs [Readiness] on the inboxes and returns its error: the
 // first inbox that fails readiness.
 func CheckAll(ctx context.Context, inboxes ...*Inbox) error {
@@ -72,6 +79,9 @@ func (in *Inbox) Check(ctx context.Context) error {
 	if cp == nil {
 		if err := in.streamMissing(ctx); err != nil {
 			return err
+		}
+		if in.awaitingStream.Load() {
+			return fmt.Errorf("%w: %s (inbox %s creates its consumer within %s)", ErrStreamAppeared, in.cfg.Stream, in.cfg.Name, StreamWaitMax)
 		}
 		return fmt.Errorf("inbox %s: consumer on %s not created yet, or lost and being recreated", in.cfg.Name, in.cfg.Stream)
 	}

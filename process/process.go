@@ -566,6 +566,9 @@ func (p *Process) inboxReadiness(ctx context.Context) ([]string, error) {
 // WaitLine is the /readyz line of an inbox that waits without failing
 // readiness (see [Process.AddInboxes]); c names the stream's owner.
 func WaitLine(c events.Catalogue, w inbox.Wait) string {
+	if errors.Is(w.Err, inbox.ErrStreamAppeared) {
+		return fmt.Sprintf("stream %s has just appeared: consumer %s consumes it within %s", w.Stream, w.Consumer, inbox.StreamWaitMax)
+	}
 	if errors.Is(w.Err, inbox.ErrStreamMissing) {
 		by := "its service"
 		if o := c.StreamOwner(w.Stream); o != "" {
