@@ -79,6 +79,7 @@ func TestAForgedStepEventIsParkedByItsOrigin(t *testing.T) {
 
 	parker := triggeredBy(events.HotelHeld)
 	found := map[string]string{}
+	var viewParked string // the reconciler parks it too (issue 19 item 4)
 	testenv.Eventually(t, func() bool {
 		info, err := dl.Info(ctx)
 		if err != nil {
@@ -86,6 +87,9 @@ func TestAForgedStepEventIsParkedByItsOrigin(t *testing.T) {
 		}
 		for seq := before.State.LastSeq + 1; seq <= info.State.LastSeq; seq++ {
 			msg, err := dl.GetMsg(ctx, seq)
+			if err == nil && msg.Header.Get(inbox.HeaderDeadConsumer) == "reconciler" && msg.Header.Get("ce-subject") == invented {
+				viewParked = msg.Header.Get(inbox.HeaderDeadReason)
+			}
 			if err != nil || msg.Header.Get(inbox.HeaderDeadConsumer) != parker {
 				continue
 			}
@@ -93,13 +97,19 @@ func TestAForgedStepEventIsParkedByItsOrigin(t *testing.T) {
 				found[s] = msg.Header.Get(inbox.HeaderDeadReason)
 			}
 		}
-		return len(found) == 2
-	}, parker+" parks both forged events")
+		return len(found) == 2 && viewParked != ""
+	}, parker+" parks both forged events, the reconciler the invented trip's")
 	require.Contains(t, found[invented], "no trip.requested for "+invented+": not a trip the trips service took")
 	require.Contains(t, found[real], "request differs from the trip's trip.requested: payment.amount_cents")
+	require.Contains(t, viewParked, "no trip.requested for "+invented)
+	// The view shows no trip stuck after its hotel that nobody requested.
+	resp, err := http.Get(sys.URL("reconciler") + "/view/" + invented)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "the reconciler's view has no row for the invented trip")
 
 	// No charge on the forged card, no payment event for the invented trip.
-	resp, err := http.Get(sys.CompanyURLs()["PAYMENTS_URL"] + "/statements/" + url.PathEscape(card))
+	resp, err = http.Get(sys.CompanyURLs()["PAYMENTS_URL"] + "/statements/" + url.PathEscape(card))
 	require.NoError(t, err)
 	var st struct {
 		Lines []any `json:"lines"`

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
 	"github.com/tripsaga/tripsaga/services/trips"
 )
@@ -118,33 +117,6 @@ func applicable(e event.Event) error {
 		return fmt.Errorf("%w: event %s: data of %s is not valid JSON", events.ErrInvalidEvent, e.ID(), e.Type())
 	}
 	return nil
-}
-
-// handle is the live projection's [inbox.HandlerFunc]. It holds the
-// projection lock in shared mode so that a replay's clearing transaction
-// never interleaves with it (see [Replay]).
-func handle(ctx context.Context, tx pgx.Tx, e event.Event) error {
-	if err := queries.ProjectionLockShared(ctx, tx); err != nil {
-		return fmt.Errorf("projection lock: %w", err)
-	}
-	return apply(ctx, tx, e)
-}
-
-// handleBatch is the live projection's [inbox.BatchFunc]: many events of
-// one stream in one transaction, under the projection lock as [handle].
-func handleBatch(ctx context.Context, tx pgx.Tx, _ string, ds []inbox.Delivery) error {
-	if err := queries.ProjectionLockShared(ctx, tx); err != nil {
-		return fmt.Errorf("projection lock: %w", err)
-	}
-	items := make([]replayItem, 0, len(ds))
-	for _, d := range ds {
-		if err := applicable(d.Event); err != nil {
-			return err // handled alone, it is parked
-		}
-		items = append(items, replayItem{e: d.Event, stream: d.Stream, seq: d.Seq})
-	}
-	_, _, err := applyItems(ctx, tx, items)
-	return err
 }
 
 // recordRefund records, for a trip.cancellation_requested, what the

@@ -39,6 +39,7 @@ import (
 	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
+	"github.com/tripsaga/tripsaga/saga"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
@@ -96,6 +97,18 @@ type Config struct {
 	// service name (see [ServiceURLsEnv]): timelines read their step logs
 	// and incidents there, the search asks the trips service. Optional.
 	Services map[string]string
+	// Origin, when set, is how the projection checks, as the step
+	// services do (saga.ServiceConfig.Origin), that a trigger one step
+	// service published for another is about a trip the trips service
+	// took: one that is not is parked on the dead-letter stream instead
+	// of shown as a trip stuck half-way that nobody requested. Production
+	// sets saga.TripsOrigin; nil checks nothing.
+	Origin saga.OriginFunc
+	// OriginGrace is how long after such an event's time a missing
+	// trip.requested is taken as never published rather than lost by its
+	// stream and published again (saga.ServiceConfig.OriginGrace): until
+	// then the event is retried. Defaults to saga.DefaultOriginGrace.
+	OriginGrace time.Duration
 	// Registerer receives the gauges and inbox counters. Optional.
 	Registerer prometheus.Registerer
 	// Logger defaults to a discard logger.
@@ -114,6 +127,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.OriginGrace == 0 {
+		c.OriginGrace = saga.DefaultOriginGrace()
 	}
 	if len(c.Catalogue.Steps) == 0 {
 		c.Catalogue = events.Default
@@ -180,7 +196,7 @@ func New(cfg Config) (*Reconciler, error) {
 	if r.figures, err = newFigures(cfg.Registerer, r); err != nil {
 		return nil, fmt.Errorf("reconciler: metrics: %w", err)
 	}
-	handler, batch := r.observing(handle, handleBatch)
+	handler, batch := r.observing(originGuard{origin: cfg.Origin, grace: cfg.OriginGrace}.handlers())
 	inboxMetrics, err := inbox.NewMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("reconciler: inbox metrics: %w", err)
@@ -391,6 +407,10 @@ func Run(ctx context.Context, env process.Env) error {
 	r, err := New(Config{
 		Pool: p.Pool, JetStream: p.JS, Companies: companies, Catalogue: env.Steps(),
 		Interval: interval, StuckAfter: stuck, Services: services, Registerer: p.Registry, Logger: p.Log,
+		// The view shows a trigger from a step service only for a trip
+		// the trips service took, as the step services carry it out
+		// (SECURITY.md).
+		Origin: saga.TripsOrigin(p.JS),
 	})
 	if err != nil {
 		return err

@@ -21,8 +21,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/fault"
 	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
+	"github.com/tripsaga/tripsaga/saga"
 )
 
 // Replay defaults.
@@ -53,11 +55,18 @@ type ReplayConfig struct {
 	// the streams (from several goroutines at once), e.g. for a progress
 	// bar.
 	Progress func(read int)
-
-	// ifIdle: take the replay lock without waiting, and return
-	// errReplayBusy when another replay holds it (the reconciler's resume
-	// of a rebuild left half-way, which one replica runs).
-	ifIdle bool
+	// Origin, when set, makes the replay skip what the live projection
+	// parks ([Config.Origin]): a trigger published by a step service for
+	// a trip that has no trip.requested (more than OriginGrace after the
+	// trigger's time) or whose trip.requested carries another request. A
+	// trigger whose trip.requested was read by the replay, or is in
+	// trip_view already, costs nothing; any other one JetStream read. Nil:
+	// every event is replayed.
+	Origin saga.OriginFunc
+	// OriginGrace defaults to saga.DefaultOriginGrace(); within it a
+	// trigger without a trip.requested is replayed (the live projection
+	// would wait for it).
+	OriginGrace time.Duration
 }
 
 // catalogue is cfg.Catalogue, or events.Default.
@@ -67,10 +76,6 @@ func (cfg ReplayConfig) catalogue() events.Catalogue {
 	}
 	return cfg.Catalogue
 }
-
-// errReplayBusy is returned by a [Replay] with ifIdle while another
-// replay runs.
-var errReplayBusy = errors.New("replay: another replay is running")
 
 // ReplayStats is what a replay did.
 type ReplayStats struct {
@@ -83,6 +88,9 @@ type ReplayStats struct {
 	Applied    int `json:"applied"`
 	Duplicates int `json:"duplicates"`
 	Skipped    int `json:"skipped"`
+	// NoOrigin counts, among Skipped, the triggers no trip.requested
+	// backs (see ReplayConfig.Origin): the live projection parks them.
+	NoOrigin int `json:"no_origin"`
 	// PerStream is the number of messages read from each stream.
 	PerStream map[string]int `json:"per_stream"`
 	// Trips is the number of rows in trip_view afterwards.
@@ -136,9 +144,12 @@ func ReplayProjection(ctx context.Context, name string, cfg ReplayConfig) (Repla
 // (view_rebuild) and only the replay's end records it finished: a replay
 // killed half-way (SIGKILL after the clear) leaves it unfinished, the
 // sweep then judges no half-built view, the dashboard says the view is
-// being rebuilt, and the reconciler runs the replay again
-// ([Reconciler.ResumeRebuild]) until one finishes. Errors of a batch that lost a deadlock to the live
-// projection are retried.
+// being rebuilt, until a replay run again finishes it. A batch that lost
+// a deadlock to the live projection is retried.
+//
+// With cfg.Origin, a trigger that the live projection parks because no
+// trip.requested backs it is left out too (counted in Skipped and
+// NoOrigin), so that the rebuilt view shows no trip the live one refused.
 func Replay(ctx context.Context, cfg ReplayConfig) (ReplayStats, error) {
 	if cfg.Pool == nil || cfg.JetStream == nil {
 		return ReplayStats{}, fmt.Errorf("%w: Pool and JetStream are required", ErrInvalidConfig)
@@ -152,6 +163,9 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayStats, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.OriginGrace <= 0 {
+		cfg.OriginGrace = saga.DefaultOriginGrace()
+	}
 	start := time.Now()
 	stats := ReplayStats{PerStream: map[string]int{}}
 
@@ -160,15 +174,7 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayStats, error) {
 		return stats, fmt.Errorf("replay: %w", err)
 	}
 	defer conn.Release()
-	if cfg.ifIdle {
-		locked, err := queries.ReplayTryLock(ctx, conn)
-		if err != nil {
-			return stats, fmt.Errorf("replay: lock: %w", err)
-		}
-		if !locked {
-			return stats, errReplayBusy
-		}
-	} else if err := queries.ReplayLock(ctx, conn); err != nil {
+	if err := queries.ReplayLock(ctx, conn); err != nil {
 		return stats, fmt.Errorf("replay: lock: %w", err)
 	}
 	defer func() {
@@ -196,7 +202,8 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayStats, error) {
 	// one applier: a batch mixes the streams, so a trip's events, which lie
 	// near each other in every stream, mostly merge into one row write.
 	g, gctx := errgroup.WithContext(ctx)
-	per, items := readProjectionStreams(gctx, g, cfg)
+	origins := &replayOrigins{guard: originGuard{origin: cfg.Origin, grace: cfg.OriginGrace}, log: cfg.Logger}
+	per, items := readProjectionStreams(gctx, g, cfg, origins)
 	// Appliers take turns on the channel; PostgreSQL works for several at
 	// once (batches lock rows in trip id order and a lost deadlock is
 	// retried).
@@ -208,10 +215,12 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayStats, error) {
 				if len(batch) == 0 {
 					return nil
 				}
-				applied, dup, err := applyBatch(gctx, db, batch)
+				applied, dup, unbacked, err := applyBatch(gctx, db, batch, origins)
 				mu.Lock()
 				stats.Applied += applied
 				stats.Duplicates += dup
+				stats.Skipped += unbacked
+				stats.NoOrigin += unbacked
 				mu.Unlock()
 				batch = batch[:0]
 				return err
@@ -247,7 +256,7 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayStats, error) {
 	}
 	stats.Duration = time.Since(start)
 	cfg.Logger.Info("reconciler: replay done", "events", stats.Events, "applied", stats.Applied,
-		"duplicates", stats.Duplicates, "skipped", stats.Skipped, "trips", stats.Trips, "duration", stats.Duration)
+		"duplicates", stats.Duplicates, "skipped", stats.Skipped, "no_origin", stats.NoOrigin, "trips", stats.Trips, "duration", stats.Duration)
 	return stats, nil
 }
 
@@ -295,7 +304,7 @@ type replayItem struct {
 // replayStream), all sending to the returned channel, which is closed once
 // every reader has reached its stream's end. per[i] counts what the i-th
 // stream (in name order) gave.
-func readProjectionStreams(ctx context.Context, g *errgroup.Group, cfg ReplayConfig) (per []ReplayStats, items <-chan replayItem) {
+func readProjectionStreams(ctx context.Context, g *errgroup.Group, cfg ReplayConfig, origins *replayOrigins) (per []ReplayStats, items <-chan replayItem) {
 	types := projectionTypes()
 	wanted := map[string]bool{}
 	for _, t := range types {
@@ -314,14 +323,14 @@ func readProjectionStreams(ctx context.Context, g *errgroup.Group, cfg ReplayCon
 		readers.Add(1)
 		g.Go(func() error {
 			defer readers.Done()
-			return replayStream(ctx, cfg, name, wanted, &per[i], ch)
+			return replayStream(ctx, cfg, name, wanted, origins, &per[i], ch)
 		})
 	}
 	go func() { readers.Wait(); close(ch) }()
 	return per, ch
 }
 
-func replayStream(ctx context.Context, cfg ReplayConfig, name string, wanted map[string]bool, stats *ReplayStats, out chan<- replayItem) error {
+func replayStream(ctx context.Context, cfg ReplayConfig, name string, wanted map[string]bool, origins *replayOrigins, stats *ReplayStats, out chan<- replayItem) error {
 	stream, err := cfg.JetStream.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if _, ours := cfg.catalogue().StreamSubjects()[name]; !ours {
@@ -394,6 +403,7 @@ func replayStream(ctx context.Context, cfg ReplayConfig, name string, wanted map
 			stats.Skipped++
 			cfg.Logger.Debug("reconciler: replay skipped a message", "stream", name, "stream_seq", pos, "subject", msg.Subject(), "err", err)
 		} else {
+			origins.read(e)
 			select {
 			case out <- replayItem{e: e, stream: name, seq: pos}:
 			case <-ctx.Done():
@@ -410,30 +420,85 @@ func replayStream(ctx context.Context, cfg ReplayConfig, name string, wanted map
 // applyBatch applies items in one transaction through the inbox, retrying
 // the whole batch when PostgreSQL aborts it for a deadlock or a
 // serialization failure (the live projection may hold the same rows).
-func applyBatch(ctx context.Context, db beginner, items []replayItem) (applied, dup int, err error) {
+// unbacked is how many origins left out (see [replayOrigins.keep]).
+func applyBatch(ctx context.Context, db beginner, items []replayItem, origins *replayOrigins) (applied, dup, unbacked int, err error) {
 	for attempt := 1; ; attempt++ {
-		applied, dup, err = applyBatchOnce(ctx, db, items)
+		applied, dup, unbacked, err = applyBatchOnce(ctx, db, items, origins)
 		var pgErr *pgconn.PgError
 		if err == nil || attempt >= 5 || !errors.As(err, &pgErr) || (pgErr.Code != "40P01" && pgErr.Code != "40001") {
-			return applied, dup, err
+			return applied, dup, unbacked, err
 		}
 	}
 }
 
-func applyBatchOnce(ctx context.Context, db beginner, items []replayItem) (applied, dup int, err error) {
+func applyBatchOnce(ctx context.Context, db beginner, items []replayItem, origins *replayOrigins) (applied, dup, unbacked int, err error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("replay: %w", err)
+		return 0, 0, 0, fmt.Errorf("replay: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	applied, dup, err = applyItems(ctx, tx, items)
+	kept, err := origins.keep(ctx, tx, items)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
+	}
+	if applied, dup, err = applyItems(ctx, tx, kept); err != nil {
+		return 0, 0, 0, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, 0, fmt.Errorf("replay: commit: %w", err)
+		return 0, 0, 0, fmt.Errorf("replay: commit: %w", err)
 	}
-	return applied, dup, nil
+	return applied, dup, len(items) - len(kept), nil
+}
+
+// replayOrigins is the replay's [originGuard], with the trips whose
+// start event (trip.requested) the replay has read, so that their
+// triggers need no JetStream read.
+type replayOrigins struct {
+	guard originGuard
+	log   *slog.Logger
+	seen  sync.Map // trip id -> struct{}
+}
+
+// read notes e's trip when e is its saga's start event.
+func (o *replayOrigins) read(e event.Event) {
+	if o.guard.origin == nil {
+		return
+	}
+	c, err := events.CatalogueOf(events.VersionOf(e))
+	if err == nil && c.Start != "" && e.Type() == c.Start {
+		o.seen.Store(e.Subject(), struct{}{})
+	}
+}
+
+// keep returns items less the triggers the live projection parks for
+// good (see [originGuard.verdicts]); a trigger still within its grace is
+// kept, as the live projection would project it once its trip.requested
+// came back. A failed origin read is the error: the batch is not applied,
+// and the replay fails (to be run again).
+func (o *replayOrigins) keep(ctx context.Context, tx pgx.Tx, items []replayItem) ([]replayItem, error) {
+	if o.guard.origin == nil {
+		return items, nil
+	}
+	es := make([]event.Event, len(items))
+	for i, it := range items {
+		es[i] = it.e
+	}
+	v, err := o.guard.verdicts(ctx, tx, es, func(trip string) bool { _, ok := o.seen.Load(trip); return ok })
+	if err != nil || len(v) == 0 {
+		return items, err
+	}
+	kept := make([]replayItem, 0, len(items))
+	for i, it := range items {
+		switch err := v[i]; {
+		case err == nil, errors.Is(err, saga.ErrOriginPending):
+			kept = append(kept, it)
+		case errors.Is(err, inbox.ErrPermanent):
+			o.log.Info("reconciler: replay left out a trigger no trip.requested backs", "stream", it.stream, "stream_seq", it.seq, "err", err)
+		default:
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+	}
+	return kept, nil
 }
 
 // applyItems applies items to trip_view inside tx, each behind its inbox

@@ -78,7 +78,7 @@ func ReplayShadow(ctx context.Context, cfg ReplayConfig, progress func(read int)
 	start := time.Now()
 	var st ShadowStats
 	g, gctx := errgroup.WithContext(ctx)
-	per, items := readProjectionStreams(gctx, g, cfg)
+	per, items := readProjectionStreams(gctx, g, cfg, &replayOrigins{}) // checks no origin: a trigger the live view parked is a difference
 	trips := map[string]*shadowTrip{}
 	seen := map[[2]string]bool{}
 	g.Go(func() error {

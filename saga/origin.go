@@ -94,13 +94,20 @@ func OriginOf(js jetstream.JetStream, c events.Catalogue) OriginFunc {
 	}
 }
 
+// ErrOriginPending is wrapped by the transient error of [CheckOrigin]
+// (and of a step service's check) while a trigger's start event is
+// missing but the trigger is younger than the grace: the start event's
+// stream may have lost it, and its outbox publishes it again.
+var ErrOriginPending = errors.New("saga: start event not found yet")
+
 // checkOrigin returns nil when the start event (read with origin; the
 // trip's trip.requested, declared as start) of trigger e's saga carries a
 // request equal to req (as JSON values: the same members and values, in
 // any order and spacing); a wrapped inbox.ErrPermanent naming why not
 // when it differs, or when it is missing and e's time is more than grace
-// ago; a transient error when it is missing within grace (its stream may
-// have lost it: see [ServiceConfig.OriginGrace]); else origin's error.
+// ago; a transient error wrapping [ErrOriginPending] when it is missing
+// within grace (its stream may have lost it: see
+// [ServiceConfig.OriginGrace]); else origin's error.
 func checkOrigin(ctx context.Context, origin OriginFunc, start events.EventType, e event.Event, grace time.Duration, req json.RawMessage) error {
 	typ, trip := e.Type(), e.Subject()
 	want, err := origin(ctx, trip)
@@ -111,7 +118,7 @@ func checkOrigin(ctx context.Context, origin OriginFunc, start events.EventType,
 		kind := events.Kind(start.Type) // "trip.requested": of a trip
 		entity, _, _ := strings.Cut(kind, ".")
 		if age := time.Since(e.Time()); age < grace {
-			return fmt.Errorf("%s: no %s for %s yet, %s after the event: the %s stream may have lost it and the %s service's outbox publishes it again; asking again until %s after the event", typ, kind, trip, age.Round(time.Millisecond), start.Stream, start.Service, grace)
+			return fmt.Errorf("%w: %s: no %s for %s yet, %s after the event: the %s stream may have lost it and the %s service's outbox publishes it again; asking again until %s after the event", ErrOriginPending, typ, kind, trip, age.Round(time.Millisecond), start.Stream, start.Service, grace)
 		}
 		return fmt.Errorf("%w: %s: no %s for %s: not a %s the %s service took", inbox.ErrPermanent, typ, kind, trip, entity, start.Service)
 	}
@@ -119,6 +126,48 @@ func checkOrigin(ctx context.Context, origin OriginFunc, start events.EventType,
 		return fmt.Errorf("%w: %s of trip %s: request differs from the trip's trip.requested: %s", inbox.ErrPermanent, typ, trip, strings.Join(diff, ", "))
 	}
 	return nil
+}
+
+// OriginChecked reports whether a step service checks the origin of
+// events of typ, in catalogue c, before it carries them out (see
+// [ServiceConfig.Origin]): typ is the trigger of one of c's steps and is
+// published by another service than the one publishing c's start event.
+// A projection that must not show what no step service carried out (the
+// reconciler's view) checks the same events with [CheckOrigin].
+func OriginChecked(c events.Catalogue, typ string) bool {
+	if !fromStepService(c, typ) {
+		return false
+	}
+	for _, s := range c.Steps {
+		if c.ReactionOf(s.Name, typ) == events.Run {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckOrigin checks trigger event e of catalogue c as a step service
+// does before it records its step: e's data carries a request and the
+// trip id of its subject, and the start event (c.Start, read with
+// origin) carries the same request. It returns nil when e passes; an
+// error wrapping inbox.ErrPermanent when it never will (no request, a
+// different one, no start event more than grace after e's time); a
+// transient error wrapping [ErrOriginPending] while the start event is
+// missing within grace (its stream may have lost it:
+// [ServiceConfig.OriginGrace]); origin's error when it fails.
+func CheckOrigin(ctx context.Context, origin OriginFunc, c events.Catalogue, e event.Event, grace time.Duration) error {
+	var d tripEvent
+	if err := events.DecodeData(e, &d); err != nil {
+		return fmt.Errorf("%w: %w", inbox.ErrPermanent, err)
+	}
+	if len(d.Request) == 0 || string(d.Request) == "null" || d.TripID == "" || d.TripID != e.Subject() {
+		return fmt.Errorf("%w: %s carries no trip request for subject %q", inbox.ErrPermanent, e.Type(), e.Subject())
+	}
+	start, ok := c.Lookup(c.Start)
+	if !ok {
+		return fmt.Errorf("%w: the catalogue declares no start event (Catalogue.Start %q)", inbox.ErrPermanent, c.Start)
+	}
+	return checkOrigin(ctx, origin, start, e, grace, d.Request)
 }
 
 // requestDiff returns the JSON paths ("order.amount_cents") where the

@@ -15,6 +15,7 @@ import (
 	"github.com/tripsaga/tripsaga/internal/replay"
 	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/reconciler"
+	"github.com/tripsaga/tripsaga/saga"
 	tripsql "github.com/tripsaga/tripsaga/sql"
 )
 
@@ -122,6 +123,8 @@ neither, through an up running in the default folder .tripsaga.`,
 			}
 			stats, err := reconciler.ReplayProjection(cmd.Context(), name, reconciler.ReplayConfig{
 				Pool: p.Pool, JetStream: p.JS, Catalogue: p.Env.Steps(), BatchSize: batch, Logger: log,
+				// What the live projection parks, the rebuild leaves out.
+				Origin: saga.TripsOrigin(p.JS),
 				Progress: func(n int) {
 					if bar != nil {
 						_ = bar.Add(n)
@@ -154,6 +157,9 @@ func printReplay(w io.Writer, name string, stats reconciler.ReplayStats) {
 	fmt.Fprintf(w, "replayed %s: %d events read (%d applied, %d duplicates, %d skipped) into %d trips in %s (%.0f events/s)\n",
 		name, stats.Events, stats.Applied, stats.Duplicates, stats.Skipped, stats.Trips,
 		stats.Duration.Round(1e6), stats.EventsPerSecond())
+	if stats.NoOrigin > 0 {
+		fmt.Fprintf(w, "  of the skipped, %d triggers no trip.requested backs (the live view parked them)\n", stats.NoOrigin)
+	}
 	for _, s := range []string{"TRIPS", "HOTEL", "PAYMENT", "CAR"} {
 		fmt.Fprintf(w, "  %-8s %d events\n", s, stats.PerStream[s])
 	}

@@ -154,18 +154,6 @@ func (q *Queries) ReplayLock(ctx context.Context, db DBTX) error {
 	return err
 }
 
-const replayTryLock = `-- name: ReplayTryLock :one
-SELECT pg_try_advisory_lock(hashtext(current_schema() || '/reconciler/replay'))::bool AS locked
-`
-
-// ReplayLock without waiting: false when another session holds it.
-func (q *Queries) ReplayTryLock(ctx context.Context, db DBTX) (bool, error) {
-	row := db.QueryRow(ctx, replayTryLock)
-	var locked bool
-	err := row.Scan(&locked)
-	return locked, err
-}
-
 const replayUnlock = `-- name: ReplayUnlock :exec
 SELECT pg_advisory_unlock(hashtext(current_schema() || '/reconciler/replay'))
 `

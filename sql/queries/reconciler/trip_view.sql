@@ -140,7 +140,3 @@ UPDATE view_rebuild SET finished_at = now() WHERE projection = @projection;
 -- The start of the projection's rebuild if it has not finished (no row,
 -- or a finished one, when none is under way or left half-way).
 SELECT started_at FROM view_rebuild WHERE projection = @projection AND finished_at IS NULL;
-
--- name: ReplayTryLock :one
--- ReplayLock without waiting: false when another session holds it.
-SELECT pg_try_advisory_lock(hashtext(current_schema() || '/reconciler/replay'))::bool AS locked;
