@@ -21,7 +21,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tripsaga/tripsaga/events"
-	"github.com/tripsaga/tripsaga/inbox"
 	"github.com/tripsaga/tripsaga/internal/fault"
 	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
 	"github.com/tripsaga/tripsaga/saga"
@@ -448,57 +447,6 @@ func applyBatchOnce(ctx context.Context, db beginner, items []replayItem, origin
 		return 0, 0, 0, fmt.Errorf("replay: commit: %w", err)
 	}
 	return applied, dup, len(items) - len(kept), nil
-}
-
-// replayOrigins is the replay's [originGuard], with the trips whose
-// start event (trip.requested) the replay has read, so that their
-// triggers need no JetStream read.
-type replayOrigins struct {
-	guard originGuard
-	log   *slog.Logger
-	seen  sync.Map // trip id -> struct{}
-}
-
-// read notes e's trip when e is its saga's start event.
-func (o *replayOrigins) read(e event.Event) {
-	if o.guard.origin == nil {
-		return
-	}
-	c, err := events.CatalogueOf(events.VersionOf(e))
-	if err == nil && c.Start != "" && e.Type() == c.Start {
-		o.seen.Store(e.Subject(), struct{}{})
-	}
-}
-
-// keep returns items less the triggers the live projection parks for
-// good (see [originGuard.verdicts]); a trigger still within its grace is
-// kept, as the live projection would project it once its trip.requested
-// came back. A failed origin read is the error: the batch is not applied,
-// and the replay fails (to be run again).
-func (o *replayOrigins) keep(ctx context.Context, tx pgx.Tx, items []replayItem) ([]replayItem, error) {
-	if o.guard.origin == nil {
-		return items, nil
-	}
-	es := make([]event.Event, len(items))
-	for i, it := range items {
-		es[i] = it.e
-	}
-	v, err := o.guard.verdicts(ctx, tx, es, func(trip string) bool { _, ok := o.seen.Load(trip); return ok })
-	if err != nil || len(v) == 0 {
-		return items, err
-	}
-	kept := make([]replayItem, 0, len(items))
-	for i, it := range items {
-		switch err := v[i]; {
-		case err == nil, errors.Is(err, saga.ErrOriginPending):
-			kept = append(kept, it)
-		case errors.Is(err, inbox.ErrPermanent):
-			o.log.Info("reconciler: replay left out a trigger no trip.requested backs", "stream", it.stream, "stream_seq", it.seq, "err", err)
-		default:
-			return nil, fmt.Errorf("replay: %w", err)
-		}
-	}
-	return kept, nil
 }
 
 // applyItems applies items to trip_view inside tx, each behind its inbox
