@@ -66,7 +66,7 @@ func (g originGuard) verdicts(ctx context.Context, tx pgx.Tx, es []event.Event, 
 		}
 	}
 	if len(todo) == 0 {
-		return nil, nil
+		return map[int]error{}, nil
 	}
 	requested, err := queries.TripViewListRequested(ctx, tx, trips)
 	if err != nil {
