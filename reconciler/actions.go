@@ -184,6 +184,9 @@ type ActionError struct {
 	Status int
 	Field  string
 	Detail string
+	// Title is the problem's title (RFC 9457); empty: one by Status
+	// ("Not found", ...).
+	Title string
 }
 
 func (e *ActionError) Error() string {
@@ -204,9 +207,12 @@ func (e *ActionError) problemType() string {
 }
 
 func (e *ActionError) title() string {
+	if e.Title != "" {
+		return e.Title
+	}
 	switch e.Status {
 	case http.StatusNotFound:
-		return "No such dead letter"
+		return "Not found"
 	case http.StatusConflict:
 		return "The action conflicts with what is recorded"
 	}

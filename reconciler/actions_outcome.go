@@ -43,11 +43,12 @@ type ActionOutcome struct {
 
 // EffectDidNothing reports whether a service's effect says the action
 // changed nothing: refused ("refused: ...") or a resolve that found no
-// open incident ("0 open incident(s) resolved"). A retry or resume with
-// no step due ("0 unfinished step(s) due now") still lifted the trip's
-// pause, so it did something.
+// open incident ("0 open incident(s) resolved"), or a retry or resume
+// that made no step due and lifted no pause ("0 unfinished step(s) due
+// now" and nothing after it).
 func EffectDidNothing(effect string) bool {
-	return strings.HasPrefix(effect, "refused") || strings.HasPrefix(effect, "0 open incident(s) resolved")
+	return strings.HasPrefix(effect, "refused") || strings.HasPrefix(effect, "0 open incident(s) resolved") ||
+		effect == "0 unfinished step(s) due now"
 }
 
 // Outcome returns what the service reported of the action recorded with
@@ -142,9 +143,12 @@ func (o *Operator) knownTarget(ctx context.Context, key string, ar ActionRequest
 			return fmt.Errorf("findings of %s: %w", ar.Trip, err)
 		}
 		if !inView && len(fs) == 0 && stepsRead {
-			return &ActionError{Status: http.StatusNotFound, Detail: fmt.Sprintf(
+			return &ActionError{Status: http.StatusNotFound, Title: "No such trip", Detail: fmt.Sprintf(
 				"trip %s is not known: no event of it in the reconciler's view, no finding, and %s has no step of it; nothing to %s", ar.Trip, ar.Service, ar.Action)}
 		}
+	}
+	if ar.Action == events.ActionRetryUndo && stepsRead {
+		return retryable(ar, steps.Items)
 	}
 	if ar.Action != events.ActionResolve || !readable {
 		return nil
@@ -173,6 +177,26 @@ func (o *Operator) knownTarget(ctx context.Context, key string, ar ActionRequest
 		detail += "; its incidents are listed by `tripsaga incidents list`"
 	}
 	return &ActionError{Status: http.StatusConflict, Detail: detail}
+}
+
+// retryable refuses a retry_undo at a service that has no unfinished
+// step of the trip (pending, started, unknown or compensating: the rows
+// the retry makes due now), naming the steps it has: the retry would
+// change nothing there (an incident at another service, say).
+func retryable(ar ActionRequest, steps []saga.StepView) error {
+	var have []string
+	for _, st := range steps {
+		switch st.Status {
+		case "pending", "started", "unknown", "compensating":
+			return nil
+		}
+		have = append(have, st.Step+" "+st.Status)
+	}
+	detail := fmt.Sprintf("%s has no step of trip %s: nothing to retry there", ar.Service, ar.Trip)
+	if len(have) > 0 {
+		detail = fmt.Sprintf("%s has no unfinished step of trip %s (its steps: %s): nothing to retry there", ar.Service, ar.Trip, strings.Join(have, ", "))
+	}
+	return &ActionError{Status: http.StatusConflict, Detail: detail + "; `tripsaga incidents list` names the service of each open incident"}
 }
 
 // dismissable refuses, before it is recorded, a dismiss that names no

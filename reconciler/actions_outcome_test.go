@@ -79,7 +79,10 @@ func getOutcome(t *testing.T, base, id string) (int, ActionOutcome) {
 func TestActionsNameWhatTheyActOn(t *testing.T) {
 	t.Parallel()
 	pay := &fakeService{
-		steps:     map[string][]saga.StepView{"T-KNOWN": {{TripID: "T-KNOWN", Step: "payment", Status: "compensating"}}},
+		steps: map[string][]saga.StepView{
+			"T-KNOWN":   {{TripID: "T-KNOWN", Step: "payment", Status: "compensating"}},
+			"T-SETTLED": {{TripID: "T-SETTLED", Step: "payment", Status: "undone"}},
+		},
 		incidents: []saga.Incident{{TripID: "T-KNOWN", Step: "payment", Kind: "compensation_stuck", RaisedAt: time.Now()}},
 		effects:   map[string]saga.OperatorEntry{},
 	}
@@ -96,6 +99,15 @@ func TestActionsNameWhatTheyActOn(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, a.code)
 	require.Contains(t, a.problem.Detail, "trip T-NOPE is not known")
 	require.Contains(t, a.problem.Detail, "payment has no step of it")
+	require.Equal(t, "No such trip", a.problem.Title)
+
+	// A retry where nothing is unfinished (the incident is at another
+	// service, say) would change nothing: refused, naming the steps there.
+	a = act("k-settled", map[string]any{"action": "retry_undo", "trip": "T-SETTLED", "service": "payment"})
+	require.Equal(t, http.StatusConflict, a.code, a.problem.Detail)
+	require.Contains(t, a.problem.Detail, "payment has no unfinished step of trip T-SETTLED (its steps: payment undone)")
+	retry := act("k-retry", map[string]any{"action": "retry_undo", "trip": "T-KNOWN", "service": "payment"})
+	require.Equal(t, http.StatusAccepted, retry.code, retry.problem.Detail)
 
 	a = act("k-bogus", map[string]any{"action": "resolve", "trip": "T-KNOWN", "service": "payment", "incident": "bogus_kind"})
 	require.Equal(t, http.StatusConflict, a.code)
@@ -133,6 +145,16 @@ func TestActionsNameWhatTheyActOn(t *testing.T) {
 	_, out = getOutcome(t, base, pause.event.ID())
 	require.True(t, out.Reported)
 	require.False(t, out.Done, "a refusal is no success")
+
+	// A retry that made no step due and lifted no pause did nothing; one
+	// that lifted a pause did something.
+	pay.report("T-KNOWN", retry.event.ID(), "0 unfinished step(s) due now")
+	_, out = getOutcome(t, base, retry.event.ID())
+	require.True(t, out.Reported)
+	require.False(t, out.Done, "a retry that changed nothing is no success")
+	pay.report("T-KNOWN", retry.event.ID(), "0 unfinished step(s) due now; pause lifted")
+	_, out = getOutcome(t, base, retry.event.ID())
+	require.True(t, out.Done)
 
 	code, _ = getOutcome(t, base, "no-such-event")
 	require.Equal(t, http.StatusNotFound, code)

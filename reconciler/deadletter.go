@@ -60,14 +60,14 @@ func deadLetterOf(m *jetstream.RawStreamMsg) DeadLetter {
 func (o *Operator) DeadLetter(ctx context.Context, seq uint64) (DeadLetter, error) {
 	s, err := o.r.cfg.JetStream.Stream(ctx, events.StreamDeadLetter)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return DeadLetter{}, &ActionError{Status: http.StatusNotFound, Detail: fmt.Sprintf("no dead letter %d: nothing was ever parked", seq)}
+		return DeadLetter{}, &ActionError{Status: http.StatusNotFound, Title: "No such dead letter", Detail: fmt.Sprintf("no dead letter %d: nothing was ever parked", seq)}
 	}
 	if err != nil {
 		return DeadLetter{}, fmt.Errorf("dead letters: %w", err)
 	}
 	m, err := s.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return DeadLetter{}, &ActionError{Status: http.StatusNotFound, Detail: fmt.Sprintf("no dead letter %d in the %s stream", seq, events.StreamDeadLetter)}
+		return DeadLetter{}, &ActionError{Status: http.StatusNotFound, Title: "No such dead letter", Detail: fmt.Sprintf("no dead letter %d in the %s stream", seq, events.StreamDeadLetter)}
 	}
 	if err != nil {
 		return DeadLetter{}, fmt.Errorf("dead letter %d: %w", seq, err)
