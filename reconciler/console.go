@@ -274,10 +274,11 @@ func jsonAttr(v any) string {
 }
 
 var consoleFuncs = template.FuncMap{ //nolint:gochecknoglobals // read-only
-	"ms":   func(d time.Duration) string { return d.Round(time.Millisecond).String() },
-	"age":  func(now, t time.Time) string { return now.Sub(t).Round(time.Second).String() },
-	"json": jsonAttr,
-	"key":  newKey,
+	"visible": events.Visible, // a name or reason shown, not obeyed
+	"ms":      func(d time.Duration) string { return d.Round(time.Millisecond).String() },
+	"age":     func(now, t time.Time) string { return now.Sub(t).Round(time.Second).String() },
+	"json":    jsonAttr,
+	"key":     newKey,
 	"pretty": func(raw json.RawMessage) string {
 		var v any
 		if json.Unmarshal(raw, &v) != nil {
@@ -436,7 +437,7 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 {{$inc := .}}{{range settles .Kind}}<button class="action settle" data-needs-reason="1" data-key="{{key}}" data-body='{{json (dict "action" "settle" "trip" $trip "service" (owner $inc.Step) "step" $inc.Step "outcome" .)}}' onclick="act(this)" title="a person did it by hand: the retries stop, its event is published">settle: {{.}} by hand</button> {{end}}{{end}}</td></tr>
 {{end}}</table>{{end}}
 {{with open .Findings}}<h2>Open findings</h2><table id="findings"><tr><th>kind</th><th>detail</th><th>first seen</th><th>what to do</th><th></th></tr>
-{{range .}}<tr><td class="{{.Kind}}">{{.Kind}}</td><td>{{.Detail}}</td><td>{{.FirstSeen.Format "15:04:05"}}</td><td class="todo">{{todo .Kind}}</td>
+{{range .}}<tr><td class="{{.Kind}}">{{.Kind}}</td><td>{{visible .Detail}}</td><td>{{.FirstSeen.Format "15:04:05"}}</td><td class="todo">{{todo .Kind}}</td>
 <td>{{if or (eq .Kind "orphan") (eq .Kind "half")}}undo the leak at: {{range actors}}<button class="action undo-leak" data-needs-reason="1" data-key="{{key}}" data-body='{{json (dict "action" "undo_leak" "trip" $trip "service" .)}}' onclick="act(this)">{{.}}</button> {{end}}{{end}}
 <button class="action dismiss" data-needs-reason="1" data-key="{{key}}" data-body='{{json (dict "action" "dismiss" "trip" .TripID "incident" .Kind)}}' onclick="act(this)" title="seen by a person: no longer counted as open while it holds">dismiss</button></td></tr>{{end}}</table>{{end}}
 {{with dismissed .Findings}}<p id="dismissed">Dismissed, still holding: {{range .}}<span class="{{.Kind}}">{{.Kind}}</span> by {{.DismissedBy}} ({{.DismissReason}}) {{end}}</p>{{end}}

@@ -139,7 +139,8 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 var page = template.Must(template.New("dashboard").Funcs(template.FuncMap{ //nolint:gochecknoglobals // parsed once, read-only
-	"ago": func(now, t time.Time) string { return now.Sub(t).Round(time.Second).String() },
+	"visible": events.Visible, // a company's words shown, not obeyed
+	"ago":     func(now, t time.Time) string { return now.Sub(t).Round(time.Second).String() },
 }).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>tripsaga reconciler</title>
 <meta http-equiv="refresh" content="10">
@@ -155,7 +156,7 @@ code{font-size:.8rem}
 <h1>tripsaga reconciler</h1>
 <h2>Open findings ({{len .Findings}})</h2>
 {{if .Findings}}<table><tr><th>trip</th><th>kind</th><th>detail</th><th>first seen</th><th>last seen</th></tr>
-{{range .Findings}}<tr><td><a href="/trips/{{.TripID}}">{{.TripID}}</a></td><td class="{{.Kind}}">{{.Kind}}</td><td>{{.Detail}}</td><td>{{ago $.Now .FirstSeen}} ago</td><td>{{ago $.Now .LastSeen}} ago</td></tr>
+{{range .Findings}}<tr><td><a href="/trips/{{.TripID}}">{{.TripID}}</a></td><td class="{{.Kind}}">{{.Kind}}</td><td>{{visible .Detail}}</td><td>{{ago $.Now .FirstSeen}} ago</td><td>{{ago $.Now .LastSeen}} ago</td></tr>
 {{end}}</table>{{else}}<p>None.</p>{{end}}
 {{.Console}}
 <table class="summary">

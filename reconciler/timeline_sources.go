@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -65,12 +68,39 @@ func eventEntry(c events.Catalogue, stream string, m *jetstream.RawStreamMsg) En
 		en.At = e.Time().UTC()
 	}
 	en.Column = eventColumn(c, e.Type(), e.Source(), en.Column)
-	// Card tokens and emails are masked in every read view (redact.JSON).
+	// Card tokens and emails are masked in every read view (redact.JSON),
+	// and a bidirectional or zero-width character a traveler or an
+	// operator sent is shown, not obeyed (events.Visible).
 	if json.Valid(e.Data()) {
-		en.Data = json.RawMessage(redact.JSON(e.Data()))
+		en.Data = json.RawMessage(escapeInvisible(redact.JSON(e.Data())))
 	}
-	en.Detail = redact.Text(summarise(e.Data()))
+	en.Detail = events.Visible(redact.Text(summarise(e.Data())))
 	return en
+}
+
+// escapeInvisible returns the JSON document data with each
+// [events.IsInvisible] character written as its JSON escape ("\u202e"):
+// the same value, but one that reorders or hides nothing where the
+// document is shown as text. Such characters can only be inside strings
+// of valid JSON, where the escape means the same.
+func escapeInvisible(data []byte) []byte {
+	if !bytes.ContainsFunc(data, events.IsInvisible) {
+		return data
+	}
+	out := make([]byte, 0, len(data)+16)
+	for _, r := range string(data) {
+		if events.IsInvisible(r) {
+			if r > 0xFFFF { // a surrogate pair (RFC 8259, section 7)
+				r1, r2 := utf16.EncodeRune(r)
+				out = fmt.Appendf(out, "\\u%04x\\u%04x", r1, r2)
+				continue
+			}
+			out = fmt.Appendf(out, "\\u%04x", r)
+			continue
+		}
+		out = utf8.AppendRune(out, r)
+	}
+	return out
 }
 
 // eventColumn is "operator" for an operator's action, else the service

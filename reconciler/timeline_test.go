@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tripsaga/tripsaga/events"
@@ -272,4 +273,34 @@ func TestTimelineOfAnOrphan(t *testing.T) {
 	require.Contains(t, page, "none: the company has no record of this key")
 	require.Contains(t, page, template.HTMLEscapeString(FindingToDo(FindingOrphan)))
 	require.NotContains(t, page, "nothing is known of this trip")
+}
+
+// Issue 19 item 7: a name with a bidirectional override (U+202E) or a
+// zero-width space (U+200B), which the trips API accepts as sent, is shown
+// on the console, not obeyed: escaped in the event's data (the same JSON
+// value) and written as <U+202E> in its summary.
+func TestTimelineShowsInvisibleCharacters(t *testing.T) {
+	t.Parallel()
+	req := originRequest("ada@example.com")
+	req.Traveler.Name = "Ada \u202eelpmaxE\u200b"
+	raw, err := json.Marshal(req)
+	require.NoError(t, err)
+	e, err := events.New(events.Source("hotel"), events.HotelHeld, "T-BIDI", events.StepData{
+		TripID: "T-BIDI", Step: "hotel", IdempotencyKey: "T-BIDI:hotel", Reason: "held for \u202eAda", Request: raw,
+	})
+	require.NoError(t, err)
+	m := msgOf(t, e)
+	en := eventEntry(events.Default, events.StreamHotel, &jetstream.RawStreamMsg{Subject: m.Subject, Header: m.Header, Data: m.Data, Sequence: 1, Time: time.Now()})
+	require.NotContains(t, string(en.Data), "\u202e")
+	require.NotContains(t, string(en.Data), "\u200b")
+	require.Contains(t, string(en.Data), `Ada \u202eelpmaxE\u200b`)
+	var back events.StepData
+	require.NoError(t, json.Unmarshal(en.Data, &back))
+	var got events.TripRequest
+	require.NoError(t, json.Unmarshal(back.Request, &got))
+	require.Equal(t, req.Traveler.Name, got.Traveler.Name, "the same value, escaped")
+	require.NotContains(t, en.Detail, "\u202e")
+	require.Contains(t, en.Detail, "<U+202E>")
+
+	require.Equal(t, []byte(`{"a":"\ud83d\ude00"}`), escapeInvisible([]byte(`{"a":"\ud83d\ude00"}`)), "nothing to escape: as it was")
 }
