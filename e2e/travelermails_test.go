@@ -195,8 +195,10 @@ func TestTravelerMails(t *testing.T) {
 	}, "the correction's step is done, learned by key after the kill")
 	// An action naming trips after it: once trips has logged it, it has
 	// handled the second repair before (one consumer, in stream order).
+	// Nothing is paused or due, so it does nothing and says so (exit 1).
 	out, err = cli("repair", "resume", whole, "--service", "trips", "--reason", "nothing paused", "--operator", "ada")
-	require.NoError(t, err, out)
+	require.ErrorContains(t, err, "exit status 1", out)
+	require.Contains(t, out, "trips: 0 unfinished step(s) due now")
 	var oplog struct {
 		Items []struct{ Action, Effect string }
 	}
