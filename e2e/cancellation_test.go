@@ -164,6 +164,8 @@ func (g *cancelRig) cancel(t *testing.T, id, key string) (int, map[string]any) {
 // refusals (a pending or canceled trip, no key, another key, an unknown
 // trip) are checked on the same stack.
 func TestCancellationFaults(t *testing.T) {
+	// Its own stack: it runs beside the other tests that have one.
+	t.Parallel()
 	require.NotEmpty(t, bin, "TestMain builds the binary")
 	dir := t.TempDir()
 	require.NoError(t, os.Chmod(dir, 0o711))

@@ -33,6 +33,8 @@ import (
 // record settles the cancel undone: car.failed is published, the trip is
 // canceled, empty by the companies' records, with one mail.
 func TestUnwindGoesOnPastTheCarsStuckCancel(t *testing.T) {
+	// Its own stack: it runs beside the other tests that have one.
+	t.Parallel()
 	ctx := context.Background()
 	const token = "tok-carstuck"
 	s := ownStack(t, "carstuck",

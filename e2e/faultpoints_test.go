@@ -330,6 +330,8 @@ func marker(path string) map[string]string {
 // same trips; a run with STEPS=hotel,payment,car leaves the insurance rows
 // out.
 func TestFaultPoints(t *testing.T) {
+	// Its own stack: it runs beside the other tests that have one.
+	t.Parallel()
 	require.NotEmpty(t, bin, "TestMain builds the binary")
 	dir := t.TempDir()
 	require.NoError(t, os.Chmod(dir, 0o711))

@@ -33,6 +33,8 @@ const lostWindow = 3 * time.Second
 // counts and logs it; every trip ends whole, with one charge line and one
 // mail (the consumers' inboxes drop the copies of what they had handled).
 func TestAcknowledgedEventsTheStreamLost(t *testing.T) {
+	// Its own stack: it runs beside the other tests that have one.
+	t.Parallel()
 	require.NotEmpty(t, bin, "TestMain builds the binary")
 	dir := t.TempDir()
 	require.NoError(t, os.Chmod(dir, 0o711))

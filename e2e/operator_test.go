@@ -29,6 +29,8 @@ import (
 // consumer that parked it (and parked again there, as it still cannot be
 // decoded).
 func TestOperatorCommandsEndToEnd(t *testing.T) {
+	// Its own stack: it runs beside the other tests that have one.
+	t.Parallel()
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "tripsaga-e2e-op-")
 	require.NoError(t, err)

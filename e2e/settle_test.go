@@ -36,6 +36,8 @@ import (
 // records, with one mail. A second settle of the step is refused (409),
 // and publishes nothing.
 func TestSettleAForwardStepDone(t *testing.T) {
+	// Its own stack: it runs beside the other tests that have one.
+	t.Parallel()
 	ctx := context.Background()
 	const token = "tok-settle"
 	s := ownStack(t, "settle",

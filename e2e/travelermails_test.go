@@ -43,6 +43,8 @@ import (
 //     undo_leak gets its traveler exactly one correction
 //     (T:mail:correction), and a second repair of it none more.
 func TestTravelerMails(t *testing.T) {
+	// Its own stack: it runs beside the other tests that have one.
+	t.Parallel()
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "tripsaga-e2e-mails-")
 	require.NoError(t, err)

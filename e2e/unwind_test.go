@@ -30,6 +30,8 @@ import (
 // a second settle and a settle of the released hotel are refused), the
 // second by the card processor coming back.
 func TestUnwindGoesOnPastAStuckUndo(t *testing.T) {
+	// Its own stack: it runs beside the other tests that have one.
+	t.Parallel()
 	ctx := context.Background()
 	s := ownStack(t, "unwind",
 		reconciler.OperatorTokenEnv+"=tok-unwind", "INCIDENT_AFTER=3", "UNDO_BACKOFF_MAX_MS=1000",

@@ -43,6 +43,8 @@ type booked struct {
 // at its POST. The insurance service keeps running throughout (with
 // STEPS off it still finishes the insured trips in flight).
 func TestChangingTheStepsUnderLoad(t *testing.T) {
+	// Its own stack: it runs beside the other tests that have one.
+	t.Parallel()
 	require.NotEmpty(t, bin, "TestMain builds the binary")
 	const (
 		insured = "hotel,insurance,payment,car"

@@ -26,6 +26,9 @@ import (
 // is timed: the run waits as long as the system takes to settle (within
 // the settle limit).
 func TestChaosTwoMinutes(t *testing.T) {
+	// A run of its own (its own folder, cluster and ports): the two chaos
+	// runs wait on the system mostly, so they overlap.
+	t.Parallel()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "tripsaga")
 	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/tripsaga").CombinedOutput()

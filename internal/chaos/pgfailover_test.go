@@ -44,6 +44,9 @@ func TestParseFaultsPGFailover(t *testing.T) {
 // its time until writable. Nothing is timed: the run waits as long as the
 // system takes to settle (within the settle limit).
 func TestChaosPGFailover(t *testing.T) {
+	// A run of its own (its own folder, cluster and ports): the two chaos
+	// runs wait on the system mostly, so they overlap.
+	t.Parallel()
 	testenv.PGAutoctl(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "tripsaga")
