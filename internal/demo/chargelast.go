@@ -102,10 +102,15 @@ func carCancelRefused(ctx context.Context, env *Env) (*Outcome, error) {
 	if err := env.postJSON(ctx, env.CarsURL+"/bookings/"+url.PathEscape(a.TripID+":car")+"/cancel", "", a.TripID+":car", nil); err != nil {
 		return o, fmt.Errorf("the cancel by hand: %w", err)
 	}
-	if err := env.settleUndone(ctx, a, "car", "booking unlocked and canceled by hand"); err != nil {
+	learned, err := env.settleUndone(ctx, a, "car", "booking unlocked and canceled by hand")
+	if err != nil {
 		return o, err
 	}
-	o.Notes = append(o.Notes, "canceled by hand and settled by an operator (settle, outcome undone)")
+	if learned {
+		o.Notes = append(o.Notes, "canceled by hand; the car service's own retry learned of it by its key before the operator's settle, which found nothing left to settle")
+	} else {
+		o.Notes = append(o.Notes, "canceled by hand and settled by an operator (settle, outcome undone)")
+	}
 	o.Trips = []TripOutcome{env.judge(ctx, a, req.Payment.CardToken)}
 	return o, nil
 }

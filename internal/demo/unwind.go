@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tripsaga/tripsaga/sim"
@@ -50,10 +52,15 @@ func refundsRefused(ctx context.Context, env *Env) (*Outcome, error) {
 	if err := env.postJSON(ctx, env.PaymentsURL+"/charges/"+url.PathEscape(a.TripID+":charge")+"/refund", "", a.TripID+":charge", nil); err != nil {
 		return o, fmt.Errorf("the refund by hand: %w", err)
 	}
-	if err := env.settleUndone(ctx, a, "payment", "card reopened and refunded by hand"); err != nil {
+	learned, err := env.settleUndone(ctx, a, "payment", "card reopened and refunded by hand")
+	if err != nil {
 		return o, err
 	}
-	o.Notes = append(o.Notes, "refunded by hand and settled by an operator (settle, outcome undone)")
+	if learned {
+		o.Notes = append(o.Notes, "refunded by hand; the payment service's own retry learned of it by its key before the operator's settle, which found nothing left to settle")
+	} else {
+		o.Notes = append(o.Notes, "refunded by hand and settled by an operator (settle, outcome undone)")
+	}
 	o.Trips = []TripOutcome{env.judge(ctx, a, req.Payment.CardToken)}
 	return o, nil
 }
@@ -85,10 +92,19 @@ func (env *Env) postJSON(ctx context.Context, u, token, key string, body any) er
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("POST %s: %d %s", u, resp.StatusCode, raw)
+		return &statusError{url: u, code: resp.StatusCode, body: string(raw)}
 	}
 	return nil
 }
+
+// statusError is a POST answered with a status other than 2xx.
+type statusError struct {
+	url  string
+	code int
+	body string // the first 4 KiB
+}
+
+func (e *statusError) Error() string { return fmt.Sprintf("POST %s: %d %s", e.url, e.code, e.body) }
 
 // waitReleasedWhileOpen waits (at most env.SettleTimeout) until trip a's
 // room is released while the trip names open as its one open undo, and
@@ -119,13 +135,21 @@ func (env *Env) waitReleasedWhileOpen(ctx context.Context, a *tripAnswer, o *Out
 
 // settleUndone records, as the demo's operator (POST /api/actions, action
 // settle, outcome undone), that a person did service's undo of trip a by
-// hand, for reason.
-func (env *Env) settleUndone(ctx context.Context, a *tripAnswer, service, reason string) error {
-	if err := env.postJSON(ctx, env.ReconcilerURL+"/api/actions", env.OperatorToken, "demo-settle-"+a.TripID, map[string]string{
+// hand, for reason. learned is true when the service had already learned
+// of the undo by its key (its own retry asked the company, which the
+// person's undo by the same key had answered): the reconciler refuses the
+// settle then (409, "done already"), and nothing is left to settle.
+func (env *Env) settleUndone(ctx context.Context, a *tripAnswer, service, reason string) (learned bool, err error) {
+	err = env.postJSON(ctx, env.ReconcilerURL+"/api/actions", env.OperatorToken, "demo-settle-"+a.TripID, map[string]string{
 		"action": "settle", "trip": a.TripID, "service": service, "outcome": "undone",
 		"reason": reason, "operator": "demo",
-	}); err != nil {
-		return fmt.Errorf("settle: %w", err)
+	})
+	var se *statusError
+	if errors.As(err, &se) && se.code == http.StatusConflict && strings.Contains(se.body, "done already") {
+		return true, nil
 	}
-	return nil
+	if err != nil {
+		return false, fmt.Errorf("settle: %w", err)
+	}
+	return false, nil
 }
