@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tripsaga/tripsaga/events"
+	"github.com/tripsaga/tripsaga/internal/stack"
 	"github.com/tripsaga/tripsaga/process"
 	"github.com/tripsaga/tripsaga/reconciler"
 )
@@ -71,7 +72,29 @@ func newActionClient(dir string) (*actionClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &actionClient{base: strings.TrimRight(base, "/"), token: os.Getenv(reconciler.OperatorTokenEnv), http: &http.Client{Timeout: 30 * time.Second}}, nil
+	return &actionClient{base: strings.TrimRight(base, "/"), token: operatorToken(dir), http: &http.Client{Timeout: 30 * time.Second}}, nil
+}
+
+// operatorToken is OPERATOR_TOKEN, else the one in the up.env of the up
+// the tools use (--dir D, or the default folder's when RECONCILER_URL is
+// unset), which `tripsaga up` makes when none was set; "" when neither.
+func operatorToken(dir string) string {
+	if tok := os.Getenv(reconciler.OperatorTokenEnv); tok != "" {
+		return tok
+	}
+	if dir == "" && os.Getenv("RECONCILER_URL") == "" {
+		if _, running, _ := stack.Running(defaultUpDir); running {
+			dir = defaultUpDir
+		}
+	}
+	if dir == "" {
+		return ""
+	}
+	vars, err := envFromUpDir(dir)
+	if err != nil {
+		return ""
+	}
+	return vars[reconciler.OperatorTokenEnv]
 }
 
 // problemError is an answer of the reconciler that is not a success.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +17,7 @@ import (
 	"github.com/tripsaga/tripsaga/internal/pgcluster"
 	"github.com/tripsaga/tripsaga/internal/redact"
 	"github.com/tripsaga/tripsaga/internal/stack"
+	"github.com/tripsaga/tripsaga/reconciler"
 )
 
 func upCmd() *cobra.Command {
@@ -98,6 +101,17 @@ for trying out, not for production.`,
 				BasePort: basePort, Durable: true, DatabaseURL: os.Getenv("DATABASE_URL"),
 				Replicas: replicas, NATSCluster: natsCluster, PGHA: pgHA,
 			}
+			generated := false
+			if os.Getenv(reconciler.OperatorTokenEnv) == "" {
+				// Without a token the reconciler refuses every action; one
+				// of its own, in up.env (mode 0600), lets the tools act.
+				tok := make([]byte, 16)
+				if _, err := rand.Read(tok); err != nil {
+					return fmt.Errorf("operators' token: %w", err)
+				}
+				scfg.Env = append(scfg.Env, reconciler.OperatorTokenEnv+"="+hex.EncodeToString(tok))
+				generated = true
+			}
 			n := len(stack.Ports(scfg)) - 1
 			if basePort != 0 && (basePort < 1024 || basePort > 65535-n) {
 				return fmt.Errorf("--port %d: want 0 (any free ports) or 1024 to %d (NATS listens on it, the processes on the next %d ports)", basePort, 65535-n, n)
@@ -120,6 +134,9 @@ for trying out, not for production.`,
 			}
 			defer s.Stop()
 			printStack(cmd, s, abs)
+			if generated {
+				fmt.Fprintf(cmd.OutOrStdout(), "\noperators' token: made for this up (OPERATOR_TOKEN was not set), in %s; the tools' --dir reads it there\n", filepath.Join(abs, stack.EnvFile))
+			}
 			fmt.Fprintln(cmd.OutOrStdout(), "\nCtrl-C stops everything.")
 			<-cmd.Context().Done()
 			fmt.Fprintln(cmd.OutOrStdout(), "stopping ...")
@@ -176,7 +193,11 @@ func printStack(cmd *cobra.Command, s *stack.Stack, dir string) {
 	envFile := filepath.Join(dir, stack.EnvFile)
 	fmt.Fprintf(w, "\nenvironment: . %s sets it (passwords masked here; or use --dir %s with the tools):\n", envFile, dir)
 	for _, k := range stack.EnvNames(env) {
-		fmt.Fprintln(w, stack.ExportLine(k, redact.URL(env[k])))
+		v := redact.URL(env[k])
+		if k == reconciler.OperatorTokenEnv {
+			v = redact.Mask // a secret like a password: in up.env only
+		}
+		fmt.Fprintln(w, stack.ExportLine(k, v))
 	}
 	day := time.Now().AddDate(0, 0, 30)
 	in, back := day.Format(time.DateOnly), day.AddDate(0, 0, 2).Format(time.DateOnly)

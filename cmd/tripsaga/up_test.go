@@ -84,7 +84,7 @@ func withoutStackEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if k != "NATS_URL" && k != "DATABASE_URL" {
+		if k != "NATS_URL" && k != "DATABASE_URL" && k != "OPERATOR_TOKEN" && k != "RECONCILER_URL" {
 			env = append(env, kv)
 		}
 	}
@@ -233,6 +233,24 @@ func TestUp(t *testing.T) {
 		if _, err := envFromUpDir(t.TempDir()); !errors.Is(err, errNoUp) {
 			t.Errorf("envFromUpDir on a folder without up: %v, want errNoUp", err)
 		}
+	})
+
+	t.Run("an operators' token made by up: in up.env, masked on stdout, read by the tools' --dir", func(t *testing.T) {
+		// A trial found every action refused with "OPERATOR_TOKEN is not
+		// set" on an up started without one, and nothing saying why.
+		env, err := envFromUpDir(dir)
+		require.NoError(t, err)
+		tok := env["OPERATOR_TOKEN"]
+		require.Len(t, tok, 32, "a token of 16 random bytes, in hex, in up.env")
+		require.NotContains(t, up.out.String(), tok, "no token on up's stdout")
+		require.Contains(t, up.out.String(), stack.ExportLine("OPERATOR_TOKEN", redact.Mask))
+		require.Contains(t, up.out.String(), "operators' token: made for this up")
+		// The reconciler takes it: the action is judged (a trip nobody
+		// knows of is refused, 404), not refused for want of a token.
+		_, stderr, code := run(t, bin, "incidents", "retry", "T-NOPE", "--service", "payment", "--reason", "trial", "--dir", dir)
+		require.Equal(t, 1, code, stderr)
+		require.Contains(t, stderr, "trip T-NOPE is not known", stderr)
+		require.NotContains(t, stderr, "OPERATOR_TOKEN is not set")
 	})
 
 	t.Run("item 1: a second up on the folder is refused, whatever the port", func(t *testing.T) {

@@ -28,7 +28,8 @@ const EnvFile = "up.env"
 // NATS_NKEY: the seed file of the operator identity, natsauth.Admin, which
 // the tools and the nats CLI connect as (not NATS_CREDS, which the nats CLI
 // takes for a JWT creds file; the tools read NATS_NKEY when NATS_CREDS is
-// unset).
+// unset); and OPERATOR_TOKEN when the reconciler has one
+// ([Stack.OperatorToken]).
 func (s *Stack) Env() map[string]string {
 	env := s.CompanyURLs()
 	env["NATS_URL"] = s.NATSURL
@@ -38,7 +39,27 @@ func (s *Stack) Env() map[string]string {
 	env["RECONCILER_URL"] = s.URL("reconciler")
 	env["STREAM_REPLICAS"] = strconv.Itoa(s.StreamReplicas())
 	env[natsauth.EnvNkey] = s.Creds(natsauth.Admin)
+	if tok := s.OperatorToken(); tok != "" {
+		env[operatorTokenEnv] = tok
+	}
 	return env
+}
+
+// operatorTokenEnv is reconciler.OperatorTokenEnv (the stack does not
+// import the reconciler).
+const operatorTokenEnv = "OPERATOR_TOKEN"
+
+// OperatorToken is the operators' bearer token the stack's reconciler was
+// given (the last OPERATOR_TOKEN of Config.Env, else of the stack's own
+// environment), or "" when it has none and refuses every action.
+// [Stack.Env] carries it, so up.env (mode 0600) lets the tools act.
+func (s *Stack) OperatorToken() string {
+	for i := len(s.cfg.Env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(s.cfg.Env[i], operatorTokenEnv+"="); ok {
+			return v
+		}
+	}
+	return os.Getenv(operatorTokenEnv)
 }
 
 // EnvNames returns the names of [Stack.Env] in the order they are printed
