@@ -99,7 +99,7 @@ func write(ctx context.Context, tx pgx.Tx, relay *Relay, streams events.Catalogu
 		if err != nil {
 			return fmt.Errorf("outbox: event %s: %w", e.ID(), err)
 		}
-		if err := queries.OutboxInsert(ctx, tx, dbsqlc.OutboxInsertParams{
+		if err := queries.OutboxInsert(ctx, Later(tx), dbsqlc.OutboxInsertParams{
 			EventID:      e.ID(),
 			NatsSubject:  subject,
 			Headers:      hj,
@@ -119,7 +119,7 @@ func write(ctx context.Context, tx pgx.Tx, relay *Relay, streams events.Catalogu
 		AfterCommit(ctx, func() { relay.publishLocal(local) })
 		return nil
 	}
-	if err := queries.OutboxNotify(ctx, tx); err != nil {
+	if err := queries.OutboxNotify(ctx, Later(tx)); err != nil {
 		return fmt.Errorf("outbox: notify: %w", err)
 	}
 	return nil

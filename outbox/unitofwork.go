@@ -38,8 +38,18 @@ type UnitOfWork struct {
 // runs, and InTx returns fn's error unchanged (so a caller may return a
 // sentinel of its own to roll back on purpose) or the COMMIT's wrapped
 // as "commit: ...".
+//
+// On a pool (a *pgxpool.Pool) the transaction is pipelined (pipeline.go):
+// its BEGIN goes with its first statement, and the statements given to
+// [Later] with the next one or with the COMMIT.
 func (u UnitOfWork) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	tx, err := u.Pool.Begin(ctx)
+	var tx pgx.Tx
+	var err error
+	if p, ok := u.Pool.(acquirer); ok {
+		tx, err = beginPipelined(ctx, p)
+	} else {
+		tx, err = u.Pool.Begin(ctx)
+	}
 	if err != nil {
 		return err
 	}

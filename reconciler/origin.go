@@ -13,6 +13,7 @@ import (
 
 	"github.com/tripsaga/tripsaga/events"
 	"github.com/tripsaga/tripsaga/inbox"
+	"github.com/tripsaga/tripsaga/outbox"
 	"github.com/tripsaga/tripsaga/saga"
 )
 
@@ -117,7 +118,7 @@ func (g originGuard) check(ctx context.Context, tx pgx.Tx, es ...event.Event) er
 // [Replay]), and each checking its events with g first.
 func (g originGuard) handlers() (inbox.HandlerFunc, inbox.BatchFunc) {
 	one := func(ctx context.Context, tx pgx.Tx, e event.Event) error {
-		if err := queries.ProjectionLockShared(ctx, tx); err != nil {
+		if err := queries.ProjectionLockShared(ctx, outbox.Later(tx)); err != nil {
 			return fmt.Errorf("projection lock: %w", err)
 		}
 		if err := applicable(e); err != nil {
@@ -129,7 +130,7 @@ func (g originGuard) handlers() (inbox.HandlerFunc, inbox.BatchFunc) {
 		return apply(ctx, tx, e)
 	}
 	batch := func(ctx context.Context, tx pgx.Tx, _ string, ds []inbox.Delivery) error {
-		if err := queries.ProjectionLockShared(ctx, tx); err != nil {
+		if err := queries.ProjectionLockShared(ctx, outbox.Later(tx)); err != nil {
 			return fmt.Errorf("projection lock: %w", err)
 		}
 		items := make([]replayItem, 0, len(ds))

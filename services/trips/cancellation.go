@@ -274,7 +274,7 @@ func (s *Service) projectCancellation(ctx context.Context, tx pgx.Tx, row dbsqlc
 	if err != nil {
 		return err
 	}
-	if err := queries.TripNotifySettled(ctx, tx, dbsqlc.TripNotifySettledParams{TripID: row.TripID, Sender: s.sender}); err != nil {
+	if err := queries.TripNotifySettled(ctx, outbox.Later(tx), dbsqlc.TripNotifySettledParams{TripID: row.TripID, Sender: s.sender}); err != nil {
 		return err
 	}
 	row.Status = StatusCanceledByTraveler

@@ -353,7 +353,7 @@ func (s *Service) project(ctx context.Context, tx pgx.Tx, e event.Event) error {
 	row.SettledAt, row.UpdatedAt = stamps.SettledAt, stamps.UpdatedAt
 	if IsFinal(row.Status) {
 		// Requests waiting on it at other replicas.
-		if err := queries.TripNotifySettled(ctx, tx, dbsqlc.TripNotifySettledParams{TripID: row.TripID, Sender: s.sender}); err != nil {
+		if err := queries.TripNotifySettled(ctx, outbox.Later(tx), dbsqlc.TripNotifySettledParams{TripID: row.TripID, Sender: s.sender}); err != nil {
 			return err
 		}
 	}
