@@ -650,6 +650,8 @@ func (rep *Report) sideBySide() []PeerRow {
 	add("CPU ms per trip, PostgreSQL", opg, ppg)
 	add("CPU ms per trip, outside PostgreSQL", oout, pout)
 	add("PostgreSQL transactions per trip", rep.PGTransactionsPerTrip, pr.PGTransactionsPerTrip)
-	add("PostgreSQL statements per trip", rep.PGStatementsPerTrip, pr.PGStatementsPerTrip)
+	// Without BEGIN/COMMIT: ours are pipelined with other statements,
+	// which pg_stat_statements does not count, the peer's are not.
+	add("PostgreSQL statements per trip, without BEGIN/COMMIT", rep.PGStatementsPerTripNoTxControl, pr.PGStatementsPerTripNoTxControl)
 	return rows
 }

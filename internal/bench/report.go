@@ -60,7 +60,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if rep.Mode == "full" {
 		p("\nPER TRIP (best closed loop; the window includes settling and idle polling)\n")
 		p("  PostgreSQL transactions  %.1f   (idle: %.1f tx/s)\n", rep.PGTransactionsPerTrip, rep.PGIdleTransactionsPerS)
-		p("  PostgreSQL statements    %.1f   (%.1f without BEGIN/COMMIT)\n", rep.PGStatementsPerTrip, rep.PGStatementsPerTripNoTxControl)
+		p("  PostgreSQL statements    %.1f   (%.1f without BEGIN/COMMIT; pg_stat_statements does not count a BEGIN or COMMIT pipelined with other statements)\n", rep.PGStatementsPerTrip, rep.PGStatementsPerTripNoTxControl)
 		p("  CPU ms per trip, total   %.2f\n", rep.CPUMSPerTrip)
 		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "    PROCESS\tMS/TRIP\tIDLE MS/S")
