@@ -102,7 +102,7 @@ func (t *pipeTx) send(ctx context.Context, sql string, args []any) (pgx.BatchRes
 		b.Queue(sql, args...)
 	}
 	if len(b.QueuedQueries) == 0 {
-		return nil, nil
+		return nil, errNothingOwed // flush sends nothing then
 	}
 	br := t.conn.Conn().SendBatch(ctx, b)
 	t.begun = true // whatever came of it, Rollback must end what may be open
@@ -270,9 +270,16 @@ func (t *pipeTx) release() {
 
 // flush sends what is owed, for the methods that hand the connection on.
 func (t *pipeTx) flush(ctx context.Context) error {
+	if t.begun && len(t.later) == 0 && !t.closed && t.err == nil {
+		return t.settle()
+	}
 	_, err := t.send(ctx, "", nil)
 	return err
 }
+
+// errNothingOwed: send was asked for no statement with nothing owed
+// (flush does not ask then).
+var errNothingOwed = errors.New("outbox: a pipeline with nothing to send")
 
 // Begin would open a savepoint; a unit of work does not nest.
 func (t *pipeTx) Begin(ctx context.Context) (pgx.Tx, error) {

@@ -40,6 +40,10 @@ that one run measures:
               and the reconciler's lag
   relay       outbox relay events/s draining --relay-events, and with writers
   rebuild     reconciler rebuild events/s from --rebuild-events and twice that
+  scaling     with --replicas 1,2,4 (and --nats-nodes 1,3), the system started
+              afresh for each point, the same cluster: trips/s, answer ms and
+              CPU per trip against the replicas of every service and the NATS
+              servers
   peer        with --peer dbos, then the same trip saga written with DBOS
               Transact for Go (bench/peers/dbos, built with go build), alone
               on the same cluster, at the same client counts: trips/s,
@@ -125,6 +129,8 @@ Prefer: wait=60.`,
 	f.StringVar(&saveJSON, "save", "", "also write the JSON object into this file")
 	f.StringVar(&plotDir, "plot", "", "write PNG charts (answer time against offered rate, throughput and answer time over the run) into this folder")
 	f.StringVar(&cfg.Peer, "peer", "", "also measure a peer in the same run, after our figures, at the same --concurrency and --trips, and print both side by side: dbos (bench/peers/dbos, DBOS Transact for Go; needs Go to build it)")
+	f.IntSliceVar(&cfg.Replicas, "replicas", nil, "also measure the scaling curve: the system started afresh with this many replicas of every service, one point per value (e.g. 1,2,4), at the best closed loop's clients, with an open loop at half each point's trips/s")
+	f.IntSliceVar(&cfg.NATSNodes, "nats-nodes", []int{1}, "with --replicas, the NATS servers of each point: 1 (one embedded server) and/or 3 (a JetStream cluster, streams replicated 3 times)")
 	f.StringVar(&cfg.PeerDir, "peer-dir", "", "the peer's module folder (default: bench/peers/<peer> in the working folder or above it)")
 	f.StringVar(&dir, "dir", "", "folder for the cluster, NATS stores and logs, kept afterwards (default: a temporary folder, removed)")
 	cmd.AddCommand(benchStackCmd())

@@ -34,6 +34,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -90,6 +91,12 @@ type Config struct {
 	// PeerDir is the peer's module folder; defaults to bench/peers/<Peer>
 	// in the working folder or above it.
 	PeerDir string
+	// Replicas, when set, adds the scaling curve (scaling.go): the system
+	// started afresh with that many replicas of every service, for each
+	// value, on each of NATSNodes (1: the one embedded server; 3: a
+	// three-node JetStream cluster, streams replicated three times).
+	Replicas  []int
+	NATSNodes []int
 }
 
 // Validate refuses sizes that cannot run; errors wrap [ErrBadFlag].
@@ -121,6 +128,19 @@ func (c Config) Validate() error {
 	}
 	if c.Peer != "" && !slices.Contains(Peers, c.Peer) {
 		return fmt.Errorf("%w: --peer %q: want one of %v", ErrBadFlag, c.Peer, Peers)
+	}
+	for _, r := range c.Replicas {
+		if r < 1 || r > 8 {
+			return fmt.Errorf("%w: --replicas %d: want 1 to 8 replicas of every service", ErrBadFlag, r)
+		}
+	}
+	for _, n := range c.NATSNodes {
+		if n != 1 && n != 3 && n != 5 {
+			return fmt.Errorf("%w: --nats-nodes %d: want 1, 3 or 5 NATS servers", ErrBadFlag, n)
+		}
+	}
+	if len(c.Replicas) > 0 && c.TripsURL != "" {
+		return fmt.Errorf("%w: --replicas starts systems of its own: not with --trips-url", ErrBadFlag)
 	}
 	if c.Peer != "" && c.TripsURL != "" {
 		return fmt.Errorf("%w: --peer needs the bench's own cluster: not with --trips-url", ErrBadFlag)
@@ -210,6 +230,9 @@ type Report struct {
 
 	// Peer is the peer's figures (--peer), nil without one.
 	Peer *PeerReport `json:"peer,omitempty"`
+	// Scaling is the scaling curve (Config.Replicas), one point per
+	// replicas and NATS nodes.
+	Scaling []ScalePoint `json:"scaling,omitempty"`
 
 	Ratios []Ratio `json:"ratios"`
 	// Settled is true when every run's trips were all confirmed and
@@ -279,6 +302,8 @@ type stackInfo struct {
 	// connects as.
 	NATSCreds string            `json:"nats_creds"`
 	Addr      map[string]string `json:"addr"`
+	// Trips is the base URL of every replica of the trips service.
+	Trips []string `json:"trips"`
 }
 
 func runFull(ctx context.Context, cfg Config, rep *Report) error {
@@ -358,7 +383,7 @@ func runFull(ctx context.Context, cfg Config, rep *Report) error {
 	}
 
 	log.Info("bench: starting the system", "sim_store", rep.SimStore)
-	child, info, err := startStack(ctx, cfg, pg.URL)
+	child, info, err := startStack(ctx, cfg, pg.URL, stackShape{})
 	if err != nil {
 		return err
 	}
@@ -405,6 +430,14 @@ func runFull(ctx context.Context, cfg Config, rep *Report) error {
 	m := &fullMeters{cpu: meter, pg: pm, idleCPU: idleCPU, natsDir: filepath.Join(cfg.Dir, "scratch-nats"), benchURL: benchURL}
 	if err := loadPhases(ctx, cfg, rep, l, m); err != nil {
 		return err
+	}
+	if len(cfg.Replicas) > 0 {
+		// Each point of the curve is a system of its own, started afresh
+		// on the same cluster: ours stops first.
+		child.stop()
+		if err := runScaling(ctx, cfg, rep, pg.URL, pmPid); err != nil {
+			return err
+		}
 	}
 	if cfg.Peer != "" {
 		// The peer runs right after our trips (the machine's load alike)
@@ -745,7 +778,7 @@ func (c *stackChild) stop() {
 
 // startStack runs `<binary> bench stack --dir <Dir>/stack` with the cluster's
 // URL and waits for the line it prints when every process is ready.
-func startStack(ctx context.Context, cfg Config, databaseURL string) (*stackChild, stackInfo, error) {
+func startStack(ctx context.Context, cfg Config, databaseURL string, shape stackShape) (*stackChild, stackInfo, error) {
 	bin := cfg.Binary
 	if bin == "" {
 		exe, err := os.Executable()
@@ -754,14 +787,17 @@ func startStack(ctx context.Context, cfg Config, databaseURL string) (*stackChil
 		}
 		bin = exe
 	}
-	dir := filepath.Join(cfg.Dir, "stack")
-	logPath := filepath.Join(cfg.Dir, "stack.log")
+	dir := filepath.Join(cfg.Dir, "stack"+shape.suffix())
+	logPath := filepath.Join(cfg.Dir, "stack"+shape.suffix()+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, stackInfo{}, fmt.Errorf("bench: %w", err)
 	}
 	cmd := exec.Command(bin, "bench", "stack", "--dir", dir)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+databaseURL)
+	if shape.Replicas > 0 {
+		cmd.Env = append(cmd.Env, replicasEnv+"="+strconv.Itoa(shape.Replicas), natsNodesEnv+"="+strconv.Itoa(shape.NATSNodes))
+	}
 	if cfg.SimMemory {
 		cmd.Env = append(cmd.Env, "SIM_MEMORY=1")
 	} else {
@@ -823,12 +859,15 @@ func startStack(ctx context.Context, cfg Config, databaseURL string) (*stackChil
 // EOF. It is the stack process of `tripsaga bench` (`tripsaga bench stack`),
 // so that the embedded NATS server's CPU is measured apart from the bench's.
 func ServeStack(ctx context.Context, dir string, in io.Reader, out io.Writer, log *slog.Logger) error {
-	s, err := stack.Start(ctx, stack.Config{Dir: dir, Durable: true, DatabaseURL: os.Getenv("DATABASE_URL"), Logger: log})
+	replicas, _ := strconv.Atoi(os.Getenv(replicasEnv))
+	nodes, _ := strconv.Atoi(os.Getenv(natsNodesEnv))
+	s, err := stack.Start(ctx, stack.Config{Dir: dir, Durable: true, DatabaseURL: os.Getenv("DATABASE_URL"), Logger: log,
+		Replicas: replicas, NATSCluster: nodes})
 	if err != nil {
 		return err
 	}
 	defer s.Stop()
-	b, err := json.Marshal(stackInfo{NATSURL: s.NATSURL, NATSCreds: s.Creds(natsauth.Admin), Addr: s.Addr})
+	b, err := json.Marshal(stackInfo{NATSURL: s.NATSURL, NATSCreds: s.Creds(natsauth.Admin), Addr: s.Addr, Trips: s.URLs("trips")})
 	if err != nil {
 		return err
 	}

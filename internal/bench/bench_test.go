@@ -37,6 +37,7 @@ func TestShortBench(t *testing.T) {
 		Trips: 30, Concurrency: []int{2, 4}, OpenPercents: []int{50}, OpenSeconds: 1,
 		BaselineASeconds: 0.5, BaselineBSeconds: 0.5, RelayEvents: 300, RebuildEvents: 250,
 		Peer: "dbos", PeerDir: "../../bench/peers/dbos",
+		Replicas: []int{2}, NATSNodes: []int{3},
 	})
 	if err != nil {
 		t.Fatalf("bench: %v", err)
@@ -51,6 +52,15 @@ func TestShortBench(t *testing.T) {
 		if r.AchievedPerS <= 0 || r.Answer.P50 <= 0 || r.Answer.P99 <= 0 {
 			t.Errorf("%s run lacks figures: %+v", r.Mode, r)
 		}
+	}
+	// The scaling curve's one point: two replicas of every service on a
+	// three-node JetStream cluster, booked through both trips replicas.
+	if len(rep.Scaling) != 1 {
+		t.Fatalf("scaling points: %+v", rep.Scaling)
+	}
+	if sp := rep.Scaling[0]; sp.Replicas != 2 || sp.NATSNodes != 3 || !sp.Settled || sp.TripsPerS <= 0 ||
+		sp.AnswerP50MS <= 0 || sp.AnswerP99MS <= 0 || sp.OpenP99MS <= 0 || sp.CPUMSPerTrip <= 0 {
+		t.Errorf("scaling point lacks figures or did not settle: %+v", sp)
 	}
 	if len(rep.ClosedLoop) != 2 || len(rep.OpenLoop) != 1 {
 		t.Errorf("runs: %d closed, %d open", len(rep.ClosedLoop), len(rep.OpenLoop))

@@ -131,7 +131,8 @@ type sample struct {
 
 // loader books trips on one trips API.
 type loader struct {
-	url      string
+	url      string   // the trips service: reads, and POSTs unless posts is set
+	posts    []string // every replica of the trips service, POSTs spread over them
 	client   *http.Client
 	run      string // distinguishes Idempotency-Keys of bench runs
 	seq      atomic.Int64
@@ -144,6 +145,22 @@ func newLoader(tripsURL string, progress io.Writer) *loader {
 		url: tripsURL, client: &http.Client{Transport: tr, Timeout: 90 * time.Second},
 		run: fmt.Sprintf("bench-%d", time.Now().UnixNano()), progress: progress,
 	}
+}
+
+// newReplicaLoader is a loader that sends trip i's POST to replica i mod
+// len(urls) of the trips service (every replica answers every read).
+func newReplicaLoader(urls []string, progress io.Writer) *loader {
+	l := newLoader(urls[0], progress)
+	l.posts = urls
+	return l
+}
+
+// postURL is the trips service replica that books trip i.
+func (l *loader) postURL(i int64) string {
+	if len(l.posts) == 0 {
+		return l.url
+	}
+	return l.posts[int(i%int64(len(l.posts)))]
 }
 
 // tripBody is a trip a month from today, for two nights with a car.
@@ -175,7 +192,7 @@ func (l *loader) book(ctx context.Context) result {
 
 // bookBody sends body as trip i of the run.
 func (l *loader) bookBody(ctx context.Context, i int64, body []byte) result {
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, l.url+"/trips", bytes.NewReader(body))
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, l.postURL(i)+"/trips", bytes.NewReader(body))
 	if err != nil {
 		return result{errReason: "request: " + err.Error()}
 	}

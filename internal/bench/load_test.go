@@ -103,6 +103,11 @@ func TestConfigValidate(t *testing.T) {
 		"open 0 %":      func(c *Config) { c.OpenPercents = []int{0} },
 		"relay 0":       func(c *Config) { c.RelayEvents = 0 },
 		"bad url":       func(c *Config) { c.TripsURL = "127.0.0.1:7405" },
+		"replicas 0":    func(c *Config) { c.Replicas = []int{0} },
+		"nats nodes 2":  func(c *Config) { c.Replicas, c.NATSNodes = []int{1}, []int{2} },
+		"replicas of a running system": func(c *Config) {
+			c.Replicas, c.TripsURL = []int{2}, "http://127.0.0.1:7405"
+		},
 	} {
 		c := ok
 		mut(&c)

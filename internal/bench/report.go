@@ -103,6 +103,30 @@ func (rep *Report) WriteText(w io.Writer) error {
 		}
 		p("  2n ÷ n time: %.2f (linear enough, ≤ 2.2: %s)\n", rep.RebuildTimeRatio, lin)
 	}
+	if len(rep.Scaling) > 0 {
+		p("\nSCALING (the system started afresh for each point on the same cluster; closed loop of the best run's clients, open loop at half the point's trips/s)\n")
+		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  REPLICAS\tNATS NODES\tCLIENTS\tTRIPS/S\t÷ 1 REPLICA\tP50 MS\tP99 MS\tOPEN 50 % P99 MS\tCPU MS/TRIP\tSETTLED")
+		one := map[int]float64{}
+		for _, x := range rep.Scaling {
+			if x.Replicas == 1 {
+				one[x.NATSNodes] = x.TripsPerS
+			}
+		}
+		for _, x := range rep.Scaling {
+			rel := "-"
+			if one[x.NATSNodes] > 0 {
+				rel = fmt.Sprintf("%.2f", x.TripsPerS/one[x.NATSNodes])
+			}
+			settled := "yes"
+			if !x.Settled {
+				settled = "NO: " + x.Note
+			}
+			fmt.Fprintf(tw, "  %d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\n", x.Replicas, x.NATSNodes, x.Clients, num(x.TripsPerS), rel,
+				num(x.AnswerP50MS), num(x.AnswerP99MS), num(x.OpenP99MS), x.CPUMSPerTrip, settled)
+		}
+		_ = tw.Flush()
+	}
 	if pr := rep.Peer; pr != nil {
 		p("\nPEER: %s (%s, bench/peers/%s), measured after ours in the same run: alone on the same cluster (database %s), company simulators of the same code in their own process, the same warm-up (%d trips) and closed loops\n",
 			pr.Name, pr.Library, pr.Name, peerDB, pr.WarmupTrips)
