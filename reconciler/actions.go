@@ -102,6 +102,9 @@ type Operator struct {
 	log   *slog.Logger
 	relay *outbox.Relay
 	inbox *inbox.Inbox
+	// bulkWake wakes the bulk runner (runBulk) when a bulk action is
+	// recorded.
+	bulkWake chan struct{}
 }
 
 // NewOperator builds the actions API, its outbox relay and the inbox that
@@ -114,7 +117,7 @@ func NewOperator(cfg OperatorConfig) (*Operator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = r.log
 	}
-	o := &Operator{r: r, on: cfg.Token != "", token: sha256.Sum256([]byte(cfg.Token)), log: cfg.Logger}
+	o := &Operator{r: r, on: cfg.Token != "", token: sha256.Sum256([]byte(cfg.Token)), log: cfg.Logger, bulkWake: make(chan struct{}, 1)}
 	var err error
 	o.relay, err = outbox.NewRelay(outbox.RelayConfig{
 		Pool: r.cfg.Pool, JetStream: r.cfg.JetStream, Logger: cfg.Logger, Registerer: cfg.Registerer,
@@ -145,12 +148,14 @@ func NewOperator(cfg OperatorConfig) (*Operator, error) {
 // readiness (process.Process.AddInboxes).
 func (o *Operator) Inboxes() []*inbox.Inbox { return []*inbox.Inbox{o.inbox} }
 
-// Run publishes the recorded actions (the relay) and carries out the
-// re-drives that name the reconciler, until ctx ends.
+// Run publishes the recorded actions (the relay), carries out the
+// re-drives that name the reconciler and runs the bulk actions
+// (sending each trip's action, collecting their outcomes), until ctx ends.
 func (o *Operator) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return o.relay.Run(ctx) })
 	g.Go(func() error { return o.inbox.Run(ctx) })
+	g.Go(func() error { return o.runBulk(ctx) })
 	err := g.Wait()
 	if errors.Is(err, context.Canceled) {
 		return nil

@@ -29,6 +29,7 @@ func (o *Operator) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/actions/{event_id}/outcome", o.serveOutcome)
 	mux.HandleFunc("GET /api/deadletters", o.serveDeadLetters)
 	mux.HandleFunc("GET /api/deadletters/{seq}", o.serveDeadLetter)
+	o.registerBulk(mux)
 }
 
 // authorized compares the bearer token in constant time (of the tokens'
@@ -50,42 +51,55 @@ func invalid(w http.ResponseWriter, req *http.Request, field, detail string) {
 	})
 }
 
-func (o *Operator) serveAction(w http.ResponseWriter, req *http.Request) {
+// gate answers 503 when actions are disabled and 401 without the
+// operator's bearer token, and reports whether req may act.
+func (o *Operator) gate(w http.ResponseWriter, req *http.Request) bool {
 	if !o.on {
 		process.WriteProblem(w, process.Problem{Type: ProblemActionsDisabled, Title: "Operator actions are disabled", Status: http.StatusServiceUnavailable,
 			Detail: "the reconciler was started without " + OperatorTokenEnv + "; set it to allow actions (reading needs no token)", Instance: req.URL.EscapedPath()})
-		return
+		return false
 	}
 	if !o.authorized(req) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tripsaga operator actions"`)
 		process.WriteProblem(w, process.Problem{Type: ProblemUnauthorized, Title: "A valid operator token is required", Status: http.StatusUnauthorized,
 			Detail: "send Authorization: Bearer <" + OperatorTokenEnv + ">", Instance: req.URL.EscapedPath()})
-		return
+		return false
 	}
+	return true
+}
+
+// idempotencyKey returns req's Idempotency-Key, or answers 400 and
+// returns false when it is missing or unusable.
+func idempotencyKey(w http.ResponseWriter, req *http.Request) (string, bool) {
 	key := req.Header.Get("Idempotency-Key")
 	switch {
 	case key == "":
 		invalid(w, req, "Idempotency-Key", "header required: a key of your choosing, sent again with a retried request")
-		return
+		return "", false
 	case len(key) > MaxIdempotencyKeyChars || strings.ContainsFunc(key, func(r rune) bool { return r < ' ' || r == 0x7f }):
 		invalid(w, req, "Idempotency-Key", fmt.Sprintf("at most %d characters, no control characters", MaxIdempotencyKeyChars))
-		return
+		return "", false
 	}
-	var ar ActionRequest
+	return key, true
+}
+
+// decodeBody reads req's JSON body into v, refusing unknown fields, or
+// answers 400 (413 past maxActionBody) naming the field and returns false.
+func decodeBody(w http.ResponseWriter, req *http.Request, v any) bool {
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxActionBody))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		process.WriteProblem(w, process.Problem{Type: "https://tripsaga.io/problems/body-too-large", Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
 			Detail: fmt.Sprintf("an action is at most %d bytes", maxActionBody), Instance: req.URL.EscapedPath()})
-		return
+		return false
 	}
 	if err != nil {
 		invalid(w, req, "body", "reading the body: "+err.Error())
-		return
+		return false
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&ar); err != nil {
+	if err := dec.Decode(v); err != nil {
 		field, detail := "body", "a JSON object of the action: "+err.Error()
 		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 			field, detail = strings.Trim(f, `"`), "unknown field"
@@ -95,22 +109,43 @@ func (o *Operator) serveAction(w http.ResponseWriter, req *http.Request) {
 			field, detail = te.Field, "want a "+te.Type.String()
 		}
 		invalid(w, req, field, detail)
-		return
+		return false
 	}
-	ev, replayed, err := o.Act(req.Context(), key, ar)
+	return true
+}
+
+// writeActionError answers err of an action: an [ActionError] as its
+// problem (400 naming the field), anything else by process.WriteError.
+func (o *Operator) writeActionError(w http.ResponseWriter, req *http.Request, what string, err error) {
 	var fe *ActionError
 	switch {
 	case errors.As(err, &fe) && fe.Status == http.StatusBadRequest:
 		invalid(w, req, fe.Field, fe.Detail)
-		return
 	case errors.As(err, &fe):
 		process.WriteProblem(w, process.Problem{Type: fe.problemType(), Title: fe.title(), Status: fe.Status, Detail: fe.Detail, Instance: req.URL.EscapedPath()})
-		return
-	case err != nil:
-		process.WriteError(w, req, o.log, "reconciler: action", err)
+	default:
+		process.WriteError(w, req, o.log, "reconciler: "+what, err)
+	}
+}
+
+func (o *Operator) serveAction(w http.ResponseWriter, req *http.Request) {
+	if !o.gate(w, req) {
 		return
 	}
-	body, err = json.Marshal(ev)
+	key, ok := idempotencyKey(w, req)
+	if !ok {
+		return
+	}
+	var ar ActionRequest
+	if !decodeBody(w, req, &ar) {
+		return
+	}
+	ev, replayed, err := o.Act(req.Context(), key, ar)
+	if err != nil {
+		o.writeActionError(w, req, "action", err)
+		return
+	}
+	body, err := json.Marshal(ev)
 	if err != nil {
 		process.WriteError(w, req, o.log, "reconciler: action", err)
 		return

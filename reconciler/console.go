@@ -27,6 +27,8 @@ import (
 //	GET /api/figures                   JSON: [Figures]
 //	GET /chart.svg                     the dashboard's chart of the last hour
 //
+// and the trip list (registerTripList).
+//
 // Reading needs no token. The buttons POST to /api/actions (the operator
 // actions, which need OPERATOR_TOKEN) from the browser.
 func (r *Reconciler) registerConsole(mux *http.ServeMux) {
@@ -39,6 +41,7 @@ func (r *Reconciler) registerConsole(mux *http.ServeMux) {
 	mux.HandleFunc("GET /deadletters", r.serveDeadLettersPage)
 	mux.HandleFunc("GET /api/figures", r.serveFigures)
 	mux.HandleFunc("GET /chart.svg", r.serveChart)
+	r.registerTripList(mux)
 }
 
 func (r *Reconciler) serveTimeline(w http.ResponseWriter, req *http.Request) {
@@ -287,6 +290,11 @@ var consoleFuncs = template.FuncMap{ //nolint:gochecknoglobals // read-only
 		b, _ := json.MarshalIndent(v, "", "  ")
 		return string(b)
 	},
+	"statuses":       func() []string { return statuses },
+	"msd":            func(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond },
+	"bulkActions":    func() []string { return BulkActions },
+	"bulkTripStates": func() []string { return bulkTripStates },
+	"add":            func(a, b, c int) int { return a + b + c },
 	// actors and owner are the catalogue's: [consolePagesOf] sets them.
 	"actors": func() []string { return nil },
 	"dict": func(kv ...any) map[string]any {
@@ -337,7 +345,7 @@ func FindingToDo(kind string) string { return findingToDo[kind] }
 // catalogue c: who carries out actions ("actors") and which service owns
 // a step ("owner") are c's.
 func consolePagesOf(c events.Catalogue) *template.Template {
-	return template.Must(consolePages.Clone()).Funcs(template.FuncMap{
+	pages := template.Must(consolePages.Clone()).Funcs(template.FuncMap{
 		"actors": func() []string { return actionServices(c) },
 		"owner": func(step string) string {
 			if s, ok := c.Step(step); ok {
@@ -346,6 +354,7 @@ func consolePagesOf(c events.Catalogue) *template.Template {
 			return step
 		},
 	})
+	return template.Must(pages.Parse(tripListPages + bulkPages))
 }
 
 // settleOutcomes are the outcomes a settle button of an incident of kind
@@ -411,7 +420,7 @@ token <input id="token" type="password" size="18" autocomplete="off" placeholder
 reason <input id="reason" size="40" placeholder="why (kept on the trip's timeline)">
 <div id="action-result"></div></div>`
 
-const navBar = `<nav><a href="/">dashboard</a> · <a href="/incidents">incidents</a> · <a href="/deadletters">dead letters</a> · <a href="/findings">findings (JSON)</a> ·
+const navBar = `<nav><a href="/">dashboard</a> · <a href="/trips" id="nav-trips">trips</a> · <a href="/bulk">bulk actions</a> · <a href="/incidents">incidents</a> · <a href="/deadletters">dead letters</a> · <a href="/findings">findings (JSON)</a> ·
 <form action="/search" method="get" style="display:inline"><input name="q" id="q" size="36" placeholder="trip id, Idempotency-Key, email, record id"> <button id="search">find</button></form></nav>`
 
 //nolint:gochecknoglobals // parsed once, read-only

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"slices"
 	"strings"
 	"time"
@@ -113,6 +114,11 @@ type SweepResult struct {
 	// Unreadable names the companies whose records the sweep could not
 	// read, with why; such a sweep judges nothing (see [UnreadableError]).
 	Unreadable map[string]string `json:"unreadable,omitempty"`
+	// OpenSteps is how many trips wait on an unfinished step (open_steps,
+	// the trip list's); StepsUnread names the services whose step logs
+	// could not be read, with why (their rows were kept).
+	OpenSteps   int      `json:"open_steps"`
+	StepsUnread []string `json:"steps_unread,omitempty"`
 }
 
 // LastSweep returns the result of the last sweep, or nil before the first.
@@ -190,6 +196,18 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 		res.Skipped, res.SkippedFor = true, "another replica was sweeping"
 		r.log.Debug("reconciler: sweep skipped, another replica is sweeping")
 		return res, nil
+	}
+	// The step each unsettled trip waits on, for the trip list, in a
+	// transaction of its own (kept when the sweep then fails, a company
+	// unreadable): a service that cannot be read keeps its rows and is
+	// named.
+	err = pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+		var err error
+		res.OpenSteps, res.StepsUnread, err = r.refreshOpenSteps(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return res, fmt.Errorf("sweep: %w", err)
 	}
 	// The view is read before the companies: a trip settled in it had its
 	// records made (confirmed) or undone (canceled) before we list them.

@@ -10,6 +10,38 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+type BulkAction struct {
+	ID             string
+	IdempotencyKey string
+	Fingerprint    string
+	Action         string
+	Service        string
+	Incident       string
+	Outcome        string
+	Filter         []byte
+	Trips          int32
+	RatePerS       float64
+	Canary         int32
+	Operator       string
+	Reason         string
+	State          string
+	StateReason    string
+	CreatedAt      time.Time
+	FinishedAt     *time.Time
+}
+
+type BulkActionTrip struct {
+	BulkID     string
+	TripID     string
+	Position   int32
+	Service    string
+	State      string
+	EventID    *string
+	Effect     string
+	SentAt     *time.Time
+	FinishedAt *time.Time
+}
+
 type Finding struct {
 	ID            int64
 	TripID        string
@@ -54,6 +86,17 @@ type Incident struct {
 	ResolvedAt *time.Time
 	ResolvedBy *string
 	Resolution *string
+}
+
+type OpenStep struct {
+	TripID    string
+	Service   string
+	Step      string
+	State     string
+	Attempts  int32
+	LastError string
+	Since     time.Time
+	ReadAt    time.Time
 }
 
 type OperatorAction struct {

@@ -492,6 +492,62 @@ func (q *Queries) StepListByTrip(ctx context.Context, db DBTX, tripID string) ([
 	return items, nil
 }
 
+const stepListOpen = `-- name: StepListOpen :many
+SELECT trip_id, step, status, attempts, undo_attempts, COALESCE(last_error, '')::text AS last_error, status_since
+FROM steps
+WHERE status IN ('pending', 'started', 'unknown', 'compensating')
+  AND (trip_id, step) > ($1::text, $2::text)
+ORDER BY trip_id, step
+LIMIT $3
+`
+
+type StepListOpenParams struct {
+	AfterTrip string
+	AfterStep string
+	Max       int32
+}
+
+type StepListOpenRow struct {
+	TripID       string
+	Step         string
+	Status       string
+	Attempts     int32
+	UndoAttempts int32
+	LastError    string
+	StatusSince  time.Time
+}
+
+// The rows whose log says they are unfinished (the steps_due partial
+// index holds exactly these), after the cursor (trip_id, step), in that
+// order: the reconciler's trip list reads them every sweep.
+func (q *Queries) StepListOpen(ctx context.Context, db DBTX, arg StepListOpenParams) ([]StepListOpenRow, error) {
+	rows, err := db.Query(ctx, stepListOpen, arg.AfterTrip, arg.AfterStep, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []StepListOpenRow
+	for rows.Next() {
+		var i StepListOpenRow
+		if err := rows.Scan(
+			&i.TripID,
+			&i.Step,
+			&i.Status,
+			&i.Attempts,
+			&i.UndoAttempts,
+			&i.LastError,
+			&i.StatusSince,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const stepNextDue = `-- name: StepNextDue :one
 SELECT greatest(extract(epoch FROM coalesce(min(t), now() + interval '1 hour') - now()) * 1000, 0)::float8 AS due_in_ms FROM (
     SELECT min(next_attempt_at) AS t FROM steps WHERE status IN ('pending', 'started', 'unknown', 'compensating') AND steps.step = $1::text

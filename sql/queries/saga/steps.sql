@@ -44,6 +44,17 @@ SELECT * FROM steps WHERE trip_id = @trip_id AND step = @step FOR UPDATE;
 -- name: StepListByTrip :many
 SELECT * FROM steps WHERE trip_id = @trip_id ORDER BY created_at;
 
+-- name: StepListOpen :many
+-- The rows whose log says they are unfinished (the steps_due partial
+-- index holds exactly these), after the cursor (trip_id, step), in that
+-- order: the reconciler's trip list reads them every sweep.
+SELECT trip_id, step, status, attempts, undo_attempts, COALESCE(last_error, '')::text AS last_error, status_since
+FROM steps
+WHERE status IN ('pending', 'started', 'unknown', 'compensating')
+  AND (trip_id, step) > (@after_trip::text, @after_step::text)
+ORDER BY trip_id, step
+LIMIT @max;
+
 -- name: StepClaimDue :many
 -- Rows whose log says they are unfinished and whose time has come. The
 -- caller moves next_attempt_at past a lease (and names itself owner) in
