@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tripsaga/tripsaga/internal/testenv"
 	"github.com/tripsaga/tripsaga/saga"
 )
 
@@ -244,11 +246,11 @@ func TestTripListAndBulkActions(t *testing.T) {
 	require.Equal(t, BulkCanary, started.State)
 
 	// The canary's two go first; nothing else until they are in.
-	waitFor(t, func() bool {
+	testenv.Eventually(t, func() bool {
 		bk, err := op.Bulk(ctx, started.ID, 0)
 		require.NoError(t, err)
 		return bk.Counts[BulkTripSent] == 2
-	})
+	}, "the canary's two trips sent")
 	bk, err := op.Bulk(ctx, started.ID, 100)
 	require.NoError(t, err)
 	require.Equal(t, BulkCanary, bk.State)
@@ -296,11 +298,11 @@ func TestTripListAndBulkActions(t *testing.T) {
 		"expected_count": 6, "operator": "ada", "reason": "hold them"}
 	var canceled BulkAction
 	require.Equal(t, http.StatusCreated, c.do(http.MethodPost, "/api/bulk-actions", "bulk-3", slow, &canceled))
-	waitFor(t, func() bool {
+	testenv.Eventually(t, func() bool {
 		bk, err := op.Bulk(ctx, canceled.ID, 0)
 		require.NoError(t, err)
 		return bk.Counts[BulkTripSent] == 1
-	})
+	}, "the first trip sent")
 	require.Equal(t, http.StatusOK, c.do(http.MethodPost, "/api/bulk-actions/"+canceled.ID+"/cancel", "", map[string]any{"operator": "ada", "reason": "wrong filter"}, &canceled))
 	require.Equal(t, BulkCanceled, canceled.State)
 	require.Equal(t, 5, canceled.Counts[BulkTripSkipped])
@@ -316,23 +318,5 @@ func tripIDs(items []TripListItem) []string {
 	return out
 }
 
-func clone(m map[string]any) map[string]any {
-	out := map[string]any{}
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
-}
+func clone(m map[string]any) map[string]any { return maps.Clone(m) }
 
-// waitFor waits until cond holds, checking every 50 ms, for at most two
-// minutes (a machine at load 10 included).
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("the condition never held")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}

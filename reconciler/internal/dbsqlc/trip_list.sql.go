@@ -102,9 +102,9 @@ WHERE ($1::text IS NULL OR v.status = $1::text)
   AND ($8::text IS NULL OR o.service = $8::text)
   AND ($9::int IS NULL OR o.attempts >= $9::int)
   AND ($10::text IS NULL OR strpos(lower(o.last_error), lower($10::text)) > 0)
-  AND ($11::text IS NULL OR EXISTS (
-        SELECT 1 FROM findings f WHERE f.trip_id = v.trip_id AND f.kind = $11::text
-          AND f.resolved_at IS NULL AND f.dismissed_at IS NULL))
+  AND ($11::text IS NULL OR v.trip_id = ANY(ARRAY(
+        SELECT f.trip_id FROM findings f WHERE f.kind = $11::text
+          AND f.resolved_at IS NULL AND f.dismissed_at IS NULL)))
 `
 
 type TripListCountParams struct {
@@ -157,9 +157,9 @@ WHERE ($1::text IS NULL OR v.status = $1::text)
   AND ($8::text IS NULL OR o.service = $8::text)
   AND ($9::int IS NULL OR o.attempts >= $9::int)
   AND ($10::text IS NULL OR strpos(lower(o.last_error), lower($10::text)) > 0)
-  AND ($11::text IS NULL OR EXISTS (
-        SELECT 1 FROM findings f WHERE f.trip_id = v.trip_id AND f.kind = $11::text
-          AND f.resolved_at IS NULL AND f.dismissed_at IS NULL))
+  AND ($11::text IS NULL OR v.trip_id = ANY(ARRAY(
+        SELECT f.trip_id FROM findings f WHERE f.kind = $11::text
+          AND f.resolved_at IS NULL AND f.dismissed_at IS NULL)))
   AND ($12::timestamptz IS NULL
        OR (v.first_event_at, v.trip_id) < ($12::timestamptz, $13::text))
 ORDER BY v.first_event_at DESC, v.trip_id DESC
@@ -270,9 +270,9 @@ WHERE ($1::text IS NULL OR v.status = $1::text)
   AND ($8::text IS NULL OR o.service = $8::text)
   AND ($9::int IS NULL OR o.attempts >= $9::int)
   AND ($10::text IS NULL OR strpos(lower(o.last_error), lower($10::text)) > 0)
-  AND ($11::text IS NULL OR EXISTS (
-        SELECT 1 FROM findings f WHERE f.trip_id = v.trip_id AND f.kind = $11::text
-          AND f.resolved_at IS NULL AND f.dismissed_at IS NULL))
+  AND ($11::text IS NULL OR v.trip_id = ANY(ARRAY(
+        SELECT f.trip_id FROM findings f WHERE f.kind = $11::text
+          AND f.resolved_at IS NULL AND f.dismissed_at IS NULL)))
   AND ($12::timestamptz IS NULL
        OR (v.first_event_at, v.trip_id) > ($12::timestamptz, $13::text))
 ORDER BY v.first_event_at, v.trip_id
@@ -318,7 +318,9 @@ type TripListOldestRow struct {
 // filter is optional (NULL: not filtered); run them with
 // plan_cache_mode = force_custom_plan, so that PostgreSQL plans each call
 // with its values and an unset filter costs nothing (a generic plan would
-// keep every "IS NULL OR" and scan). A filter on the open step (step,
+// keep every "IS NULL OR" and scan). The finding filter is an array of
+// the (few) open findings' trips, looked up by primary key, rather than
+// an EXISTS the planner would probe row by row in age order. A filter on the open step (step,
 // state, company, attempts, error) makes the join an inner one, driven
 // from the small open_steps table; status and age walk
 // trip_view_status_age or trip_view_newest in order.
@@ -386,9 +388,9 @@ WHERE ($1::text IS NULL OR v.status = $1::text)
   AND ($8::text IS NULL OR o.service = $8::text)
   AND ($9::int IS NULL OR o.attempts >= $9::int)
   AND ($10::text IS NULL OR strpos(lower(o.last_error), lower($10::text)) > 0)
-  AND ($11::text IS NULL OR EXISTS (
-        SELECT 1 FROM findings f WHERE f.trip_id = v.trip_id AND f.kind = $11::text
-          AND f.resolved_at IS NULL AND f.dismissed_at IS NULL))
+  AND ($11::text IS NULL OR v.trip_id = ANY(ARRAY(
+        SELECT f.trip_id FROM findings f WHERE f.kind = $11::text
+          AND f.resolved_at IS NULL AND f.dismissed_at IS NULL)))
 ORDER BY v.first_event_at, v.trip_id
 LIMIT $12
 `

@@ -2,7 +2,9 @@
 -- filter is optional (NULL: not filtered); run them with
 -- plan_cache_mode = force_custom_plan, so that PostgreSQL plans each call
 -- with its values and an unset filter costs nothing (a generic plan would
--- keep every "IS NULL OR" and scan). A filter on the open step (step,
+-- keep every "IS NULL OR" and scan). The finding filter is an array of
+-- the (few) open findings' trips, looked up by primary key, rather than
+-- an EXISTS the planner would probe row by row in age order. A filter on the open step (step,
 -- state, company, attempts, error) makes the join an inner one, driven
 -- from the small open_steps table; status and age walk
 -- trip_view_status_age or trip_view_newest in order.
@@ -24,9 +26,9 @@ WHERE (sqlc.narg(status)::text IS NULL OR v.status = sqlc.narg(status)::text)
   AND (sqlc.narg(company)::text IS NULL OR o.service = sqlc.narg(company)::text)
   AND (sqlc.narg(min_attempts)::int IS NULL OR o.attempts >= sqlc.narg(min_attempts)::int)
   AND (sqlc.narg(error)::text IS NULL OR strpos(lower(o.last_error), lower(sqlc.narg(error)::text)) > 0)
-  AND (sqlc.narg(finding)::text IS NULL OR EXISTS (
-        SELECT 1 FROM findings f WHERE f.trip_id = v.trip_id AND f.kind = sqlc.narg(finding)::text
-          AND f.resolved_at IS NULL AND f.dismissed_at IS NULL))
+  AND (sqlc.narg(finding)::text IS NULL OR v.trip_id = ANY(ARRAY(
+        SELECT f.trip_id FROM findings f WHERE f.kind = sqlc.narg(finding)::text
+          AND f.resolved_at IS NULL AND f.dismissed_at IS NULL)))
   AND (sqlc.narg(after_at)::timestamptz IS NULL
        OR (v.first_event_at, v.trip_id) > (sqlc.narg(after_at)::timestamptz, sqlc.narg(after_id)::text))
 ORDER BY v.first_event_at, v.trip_id
@@ -49,9 +51,9 @@ WHERE (sqlc.narg(status)::text IS NULL OR v.status = sqlc.narg(status)::text)
   AND (sqlc.narg(company)::text IS NULL OR o.service = sqlc.narg(company)::text)
   AND (sqlc.narg(min_attempts)::int IS NULL OR o.attempts >= sqlc.narg(min_attempts)::int)
   AND (sqlc.narg(error)::text IS NULL OR strpos(lower(o.last_error), lower(sqlc.narg(error)::text)) > 0)
-  AND (sqlc.narg(finding)::text IS NULL OR EXISTS (
-        SELECT 1 FROM findings f WHERE f.trip_id = v.trip_id AND f.kind = sqlc.narg(finding)::text
-          AND f.resolved_at IS NULL AND f.dismissed_at IS NULL))
+  AND (sqlc.narg(finding)::text IS NULL OR v.trip_id = ANY(ARRAY(
+        SELECT f.trip_id FROM findings f WHERE f.kind = sqlc.narg(finding)::text
+          AND f.resolved_at IS NULL AND f.dismissed_at IS NULL)))
   AND (sqlc.narg(after_at)::timestamptz IS NULL
        OR (v.first_event_at, v.trip_id) < (sqlc.narg(after_at)::timestamptz, sqlc.narg(after_id)::text))
 ORDER BY v.first_event_at DESC, v.trip_id DESC
@@ -69,9 +71,9 @@ WHERE (sqlc.narg(status)::text IS NULL OR v.status = sqlc.narg(status)::text)
   AND (sqlc.narg(company)::text IS NULL OR o.service = sqlc.narg(company)::text)
   AND (sqlc.narg(min_attempts)::int IS NULL OR o.attempts >= sqlc.narg(min_attempts)::int)
   AND (sqlc.narg(error)::text IS NULL OR strpos(lower(o.last_error), lower(sqlc.narg(error)::text)) > 0)
-  AND (sqlc.narg(finding)::text IS NULL OR EXISTS (
-        SELECT 1 FROM findings f WHERE f.trip_id = v.trip_id AND f.kind = sqlc.narg(finding)::text
-          AND f.resolved_at IS NULL AND f.dismissed_at IS NULL));
+  AND (sqlc.narg(finding)::text IS NULL OR v.trip_id = ANY(ARRAY(
+        SELECT f.trip_id FROM findings f WHERE f.kind = sqlc.narg(finding)::text
+          AND f.resolved_at IS NULL AND f.dismissed_at IS NULL)));
 
 -- name: PlanCacheCustom :exec
 -- For the transaction of a trip list query (see above).
@@ -113,8 +115,8 @@ WHERE (sqlc.narg(status)::text IS NULL OR v.status = sqlc.narg(status)::text)
   AND (sqlc.narg(company)::text IS NULL OR o.service = sqlc.narg(company)::text)
   AND (sqlc.narg(min_attempts)::int IS NULL OR o.attempts >= sqlc.narg(min_attempts)::int)
   AND (sqlc.narg(error)::text IS NULL OR strpos(lower(o.last_error), lower(sqlc.narg(error)::text)) > 0)
-  AND (sqlc.narg(finding)::text IS NULL OR EXISTS (
-        SELECT 1 FROM findings f WHERE f.trip_id = v.trip_id AND f.kind = sqlc.narg(finding)::text
-          AND f.resolved_at IS NULL AND f.dismissed_at IS NULL))
+  AND (sqlc.narg(finding)::text IS NULL OR v.trip_id = ANY(ARRAY(
+        SELECT f.trip_id FROM findings f WHERE f.kind = sqlc.narg(finding)::text
+          AND f.resolved_at IS NULL AND f.dismissed_at IS NULL)))
 ORDER BY v.first_event_at, v.trip_id
 LIMIT @max;
