@@ -319,4 +319,3 @@ func tripIDs(items []TripListItem) []string {
 }
 
 func clone(m map[string]any) map[string]any { return maps.Clone(m) }
-
