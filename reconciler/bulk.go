@@ -45,6 +45,9 @@ const (
 	BulkStopped  = "stopped"
 	BulkCanceled = "canceled"
 
+	// A trip is skipped when it was not sent (canceled, the canary
+	// failed, nobody to carry it out) or its action found nothing left
+	// to do (the step finished meanwhile); failed when it was refused.
 	BulkTripWaiting = "waiting"
 	BulkTripSent    = "sent"
 	BulkTripDone    = "done"
@@ -477,8 +480,11 @@ func (o *Operator) advance(ctx context.Context, tx pgx.Tx, b dbsqlc.BulkAction) 
 			continue // not carried out yet (or not readable): asked again next pass
 		}
 		state := BulkTripDone
-		if !out.Done {
+		switch {
+		case strings.HasPrefix(out.Effect, "refused"):
 			state = BulkTripFailed
+		case !out.Done:
+			state = BulkTripSkipped // nothing left to do there: it finished meanwhile
 		}
 		if err := queries.BulkTripFinish(ctx, tx, dbsqlc.BulkTripFinishParams{BulkID: b.ID, TripID: t.TripID, State: state, Effect: out.Effect}); err != nil {
 			return err
@@ -507,6 +513,10 @@ func (o *Operator) advance(ctx context.Context, tx pgx.Tx, b dbsqlc.BulkAction) 
 			Incident: b.Incident, Outcome: b.Outcome, Reason: fmt.Sprintf("bulk action %s: %s", b.ID, b.Reason), Operator: b.Operator})
 		var ae *ActionError
 		switch {
+		case errors.As(err, &ae) && ae.Status == http.StatusConflict:
+			// Nothing to act on any more (the step finished meanwhile,
+			// the incident was resolved): not the action's failure.
+			err = queries.BulkTripFinish(ctx, tx, dbsqlc.BulkTripFinishParams{BulkID: b.ID, TripID: t.TripID, State: BulkTripSkipped, Effect: "nothing to do: " + ae.Error()})
 		case errors.As(err, &ae):
 			err = queries.BulkTripFinish(ctx, tx, dbsqlc.BulkTripFinishParams{BulkID: b.ID, TripID: t.TripID, State: BulkTripFailed, Effect: "refused: " + ae.Error()})
 		case err != nil:

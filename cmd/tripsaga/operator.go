@@ -144,22 +144,32 @@ func (c *actionClient) do(ctx context.Context, method, path string, header http.
 // acts once), and returns the action event.
 func (c *actionClient) post(ctx context.Context, key string, ar reconciler.ActionRequest) (event.Event, error) {
 	var ev event.Event
+	err := c.postJSON(ctx, "/api/actions", key, ar, &ev)
+	return ev, err
+}
+
+// postJSON posts v to path with the operator token and Idempotency-Key
+// key (none when ""), sending it again with the same key when the
+// reconciler answered 503 (it acts once), into out.
+func (c *actionClient) postJSON(ctx context.Context, path, key string, v, out any) error {
 	if c.token == "" {
-		return ev, fmt.Errorf("%s is not set: actions need the operator token the reconciler was started with", reconciler.OperatorTokenEnv)
+		return fmt.Errorf("%s is not set: actions need the operator token the reconciler was started with", reconciler.OperatorTokenEnv)
 	}
-	body, err := json.Marshal(ar)
+	body, err := json.Marshal(v)
 	if err != nil {
-		return ev, err
+		return err
 	}
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+c.token)
-	h.Set("Idempotency-Key", key)
+	if key != "" {
+		h.Set("Idempotency-Key", key)
+	}
 	h.Set("Content-Type", "application/json")
 	for attempt := 1; ; attempt++ {
-		err = c.do(ctx, http.MethodPost, "/api/actions", h, body, &ev)
+		err = c.do(ctx, http.MethodPost, path, h, body, out)
 		var pe *problemError
 		if err == nil || errors.As(err, &pe) && pe.Status != http.StatusServiceUnavailable || attempt == 5 || ctx.Err() != nil {
-			return ev, err
+			return err
 		}
 		time.Sleep(time.Duration(attempt) * 300 * time.Millisecond)
 	}

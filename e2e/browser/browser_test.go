@@ -293,5 +293,111 @@ func TestConsoleInBrowser(t *testing.T) {
 		require.Contains(t, string(out), want)
 	}
 	t.Logf("tripsaga timeline %s:\n%s", trip, out)
+
+	// 6. A refund outage hits 40 trips (their cars sold out, so each is
+	// undone, and the card processor's refunds fail): the operator finds
+	// them in the trip list by the step they wait on.
+	const outage = 40
+	require.NoError(t, sim.AddFault(ctx, companies["CARS_URL"], sim.Rule{Op: sim.OpBook, Fault: sim.FaultSoldOut, Match: map[string]string{"car_class": "van"}}))
+	outageRule, err := sim.AddFaultRule(ctx, companies["PAYMENTS_URL"], sim.Rule{Op: sim.OpRefund, Fault: sim.FaultFail, Match: map[string]string{"amount_cents": "41000"}})
+	require.NoError(t, err)
+	var hit []string
+	for i := range outage {
+		o := fmt.Sprintf("outage-%s-%d", nonce, i)
+		hit = append(hit, postTrip(t, sys.URL("trips"), events.TripRequest{
+			Traveler: events.Person{Name: "Outage Example", Email: o + "@example.com"},
+			Hotel:    events.HotelRequest{PropertyID: "P-100", CheckIn: in.Format(time.DateOnly), Nights: 1},
+			Car:      events.CarRequest{CarClass: "van", Pickup: in.Format(time.DateOnly), Return: in.AddDate(0, 0, 1).Format(time.DateOnly)},
+			Payment:  events.PaymentRequest{CardToken: "tok_" + strings.ReplaceAll(o, "-", "_"), AmountCents: 41000, Currency: "USD"},
+		}))
+	}
+	list := base + "/trips?state=compensating&company=payment&order=oldest&limit=50"
+	until(list, fmt.Sprintf(`document.querySelector("#match-count").textContent.trim() === "%d"`, outage),
+		"the 40 trips of the outage in the trip list, waiting on their refunds")
+	rows, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("#trips tr.trip").length`))
+	require.NoError(t, err)
+	require.Equal(t, outage, rows)
+	shot("6-trips-refund-outage")
+
+	// 7. A dry run of a bulk retry: the count and a sample, nothing
+	// recorded.
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.SetValue(chromedp.CSS("#b-action"), "retry_undo"),
+		chromedp.SetValue(chromedp.CSS("#b-rate"), "10"),
+		chromedp.SetValue(chromedp.CSS("#b-canary"), "5"),
+		chromedp.SetValue(chromedp.CSS("#operator"), "ada"),
+		chromedp.SetValue(chromedp.CSS("#token"), token),
+		chromedp.SetValue(chromedp.CSS("#reason"), "the card processor's refunds work again"),
+		chromedp.Click(chromedp.CSS("#b-dry")),
+		chromedp.WaitVisible(chromedp.CSS("#dry-count"))))
+	dryText, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#dry-count")))
+	require.NoError(t, err)
+	require.Contains(t, dryText, fmt.Sprintf("%d trips would get retry_undo (payment %d)", outage, outage))
+	t.Logf("dry run: %s", dryText)
+	shot("7-bulk-dry-run")
+
+	// 8. The outage ends; the operator runs it (10 a second, a canary of
+	// 5) and its page follows it to the end.
+	_, err = sim.RemoveFault(ctx, companies["PAYMENTS_URL"], outageRule.ID)
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(chromedp.CSS("#b-run")), chromedp.WaitVisible(chromedp.CSS("#bulk-id"))))
+	bulkID, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#bulk-id")))
+	require.NoError(t, err)
+	until(base+"/bulk/"+bulkID, `document.querySelector("#bulk-state").dataset.ended === "true"`, "the bulk action's end")
+	state, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#bulk-state")))
+	require.NoError(t, err)
+	require.Equal(t, "done", state)
+	shot("8-bulk-done")
+
+	// Its audit: one record of the bulk action, one action per trip
+	// sent, every trip of the outage ends canceled with its refund.
+	var bulk struct {
+		Trips    int            `json:"trips"`
+		Operator string         `json:"operator"`
+		Reason   string         `json:"reason"`
+		Canary   int            `json:"canary"`
+		RatePerS float64        `json:"rate_per_s"`
+		Counts   map[string]int `json:"counts"`
+		Items    []struct {
+			TripID  string `json:"trip_id"`
+			EventID string `json:"event_id"`
+		} `json:"items"`
+	}
+	getJSON(t, base+"/api/bulk-actions/"+bulkID, &bulk)
+	require.Equal(t, outage, bulk.Trips)
+	require.Equal(t, "ada", bulk.Operator)
+	require.Equal(t, 5, bulk.Canary)
+	require.Zero(t, bulk.Counts["failed"], "%v", bulk.Counts)
+	require.Equal(t, outage, bulk.Counts["done"]+bulk.Counts["skipped"], "%v", bulk.Counts)
+	var sentIDs []string
+	for _, it := range bulk.Items {
+		if it.EventID != "" {
+			sentIDs = append(sentIDs, it.EventID)
+		}
+	}
+	var actions struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	getJSON(t, base+"/api/actions?limit=1000", &actions)
+	recorded := 0
+	for _, raw := range actions.Items {
+		if strings.Contains(string(raw), "bulk action "+bulkID+": the card processor") {
+			recorded++
+		}
+	}
+	require.Equal(t, len(sentIDs), recorded, "one recorded action per trip sent")
+	for _, trip := range hit {
+		until(base+"/trips/"+trip, `document.querySelector("#stopped").textContent.includes("settled: canceled")`, "trip "+trip+" canceled")
+	}
+	t.Logf("bulk action %s: %d trips, counts %v, %d actions recorded", bulkID, bulk.Trips, bulk.Counts, recorded)
 	t.Logf("screenshots:\n%s", strings.Join(saved, "\n"))
+}
+
+func getJSON(t *testing.T, u string, v any) {
+	t.Helper()
+	resp, err := http.Get(u)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, u)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(v))
 }
