@@ -296,6 +296,7 @@ var consoleFuncs = template.FuncMap{ //nolint:gochecknoglobals // read-only
 		}
 		return m
 	},
+	"swimlanes": renderSwimlanes,
 	"open": func(fs []Finding) []Finding {
 		var out []Finding
 		for _, f := range fs {
@@ -442,6 +443,7 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 <button class="action dismiss" data-needs-reason="1" data-key="{{key}}" data-body='{{json (dict "action" "dismiss" "trip" .TripID "incident" .Kind)}}' onclick="act(this)" title="seen by a person: no longer counted as open while it holds">dismiss</button></td></tr>{{end}}</table>{{end}}
 {{with dismissed .Findings}}<p id="dismissed">Dismissed, still holding: {{range .}}<span class="{{.Kind}}">{{.Kind}}</span> by {{.DismissedBy}} ({{.DismissReason}}) {{end}}</p>{{end}}
 <h2>Timeline</h2>
+<div class="scroll">{{swimlanes .Timeline}}</div>
 <div class="scroll"><table id="timeline"><tr><th>time (UTC)</th><th>+</th>{{range .Columns}}<th>{{.}}</th>{{end}}</tr>
 {{range .Rows}}{{$e := .}}<tr class="entry {{.Source}}" data-column="{{.Column}}" data-what="{{.What}}"><td>{{.At.Format "15:04:05.000"}}</td><td>{{ms .Since}}</td>
 {{range .Cells}}<td class="cell">{{if .}}<div class="what {{if eq $e.Source "event"}}ev{{else}}{{$e.Source}}{{end}}">{{$e.What}}</div>{{with $e.Detail}}<div class="detail">{{.}}</div>{{end}}

@@ -28,6 +28,7 @@ func (r *Reconciler) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /findings", r.serveFindings)
 	mux.HandleFunc("GET /view/{trip_id}", r.serveView)
 	r.registerConsole(mux)
+	r.registerSwimlanes(mux)
 }
 
 // Dashboard is the data of the HTML page.
