@@ -416,12 +416,13 @@ const navBar = `<nav><a href="/">dashboard</a> · <a href="/incidents">incidents
 <form action="/search" method="get" style="display:inline"><input name="q" id="q" size="36" placeholder="trip id, Idempotency-Key, email, record id"> <button id="search">find</button></form></nav>`
 
 //nolint:gochecknoglobals // parsed once, read-only
-var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Parse(`
+var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Parse(liveTemplate + `
 {{define "head"}}<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{{.}} · tripsaga</title>` + consoleStyle + `</head><body>` + navBar + `{{end}}
 
 {{define "timeline"}}{{template "head" (printf "trip %s" .TripID)}}
 <h1>Trip <code id="trip-id">{{.TripID}}</code>{{with .View}} <span class="{{.Status}}" id="trip-status">{{.Status}}</span>{{end}}</h1>
+{{template "live" .At}}
 <div id="stopped" class="stopped{{with .View}}{{if .Settled}} settled{{end}}{{end}}"><b>Where it stopped:</b> {{.Stopped}}</div>
 <p><b>Steps of this trip</b> (its version: the saga order it started under and is judged by): <code id="trip-version">{{.Version}}</code></p>
 {{if .Unread}}<p><b>Not read</b> (this timeline is incomplete):</p><ul>{{range .Unread}}<li>{{.}}</li>{{end}}</ul>{{end}}
