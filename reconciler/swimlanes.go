@@ -126,6 +126,9 @@ func renderSwimlanes(t Timeline) template.HTML {
 	}
 	lanesEnd := h
 	h += swimAxis
+	if len(t.Steps) == 0 {
+		h += 12 // the line saying so
+	}
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" id="swimlanes" width="%d" height="%.0f" viewBox="0 0 %d %.0f" role="img" aria-label="the trip's steps by service" font-family="system-ui,sans-serif" font-size="11">`,
 		swimW, h, swimW, h)
 	b.WriteString(`<defs>` +
@@ -242,7 +245,7 @@ func renderSwimlanes(t Timeline) template.HTML {
 			escSwim(svc), escSwim(in.Step), escSwim(in.Kind), mx, my+4, escSwim(title))
 	}
 	if len(t.Steps) == 0 {
-		fmt.Fprintf(&b, `<text class="no-steps" x="%.0f" y="%.0f" text-anchor="end" fill="#777">no step log rows: events only</text>`, swimLeft+plotW, lanesEnd+14+10)
+		fmt.Fprintf(&b, `<text class="no-steps" x="%d" y="%.0f" fill="#777">no step log rows: events only</text>`, swimLeft, lanesEnd+swimAxis+8)
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String()) //nolint:gosec // built here from numbers and escaped text
@@ -253,7 +256,8 @@ func renderSwimlanes(t Timeline) template.HTML {
 func escSwim(s string) string { return template.HTMLEscapeString(events.Visible(s)) }
 
 // swimLanes places t's step log rows in their services' lanes: one lane
-// per column of t, then one per service a step names that no column does.
+// per column of t, then one per column of an entry, a step or an
+// incident that t.Columns does not name (a [Timeline] built by hand).
 func swimLanes(t Timeline) []swimLane {
 	lanes := make([]swimLane, 0, len(t.Columns))
 	index := map[string]int{}
@@ -280,6 +284,11 @@ func swimLanes(t Timeline) []swimLane {
 			l.Steps = append(l.Steps, s.Step)
 		}
 		l.Bars = append(l.Bars, swimBars(s, t.At)...)
+	}
+	for _, in := range t.Incidents {
+		if svc := swimIncidentLane(t, in); !slices.ContainsFunc(lanes, func(l swimLane) bool { return l.Service == svc }) {
+			lanes = append(lanes, swimLane{Service: svc})
+		}
 	}
 	return lanes
 }
