@@ -304,6 +304,7 @@ var consoleFuncs = template.FuncMap{ //nolint:gochecknoglobals // read-only
 		}
 		return m
 	},
+	"swimlanes": renderSwimlanes,
 	"open": func(fs []Finding) []Finding {
 		var out []Finding
 		for _, f := range fs {
@@ -424,12 +425,13 @@ const navBar = `<nav><a href="/">dashboard</a> · <a href="/trips" id="nav-trips
 <form action="/search" method="get" style="display:inline"><input name="q" id="q" size="36" placeholder="trip id, Idempotency-Key, email, record id"> <button id="search">find</button></form></nav>`
 
 //nolint:gochecknoglobals // parsed once, read-only
-var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Parse(`
+var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Parse(liveTemplate + `
 {{define "head"}}<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{{.}} · tripsaga</title>` + consoleStyle + `</head><body>` + navBar + `{{end}}
 
 {{define "timeline"}}{{template "head" (printf "trip %s" .TripID)}}
 <h1>Trip <code id="trip-id">{{.TripID}}</code>{{with .View}} <span class="{{.Status}}" id="trip-status">{{.Status}}</span>{{end}}</h1>
+{{template "live" .At}}
 <div id="stopped" class="stopped{{with .View}}{{if .Settled}} settled{{end}}{{end}}"><b>Where it stopped:</b> {{.Stopped}}</div>
 <p><b>Steps of this trip</b> (its version: the saga order it started under and is judged by): <code id="trip-version">{{.Version}}</code></p>
 {{if .Unread}}<p><b>Not read</b> (this timeline is incomplete):</p><ul>{{range .Unread}}<li>{{.}}</li>{{end}}</ul>{{end}}
@@ -451,6 +453,7 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 <button class="action dismiss" data-needs-reason="1" data-key="{{key}}" data-body='{{json (dict "action" "dismiss" "trip" .TripID "incident" .Kind)}}' onclick="act(this)" title="seen by a person: no longer counted as open while it holds">dismiss</button></td></tr>{{end}}</table>{{end}}
 {{with dismissed .Findings}}<p id="dismissed">Dismissed, still holding: {{range .}}<span class="{{.Kind}}">{{.Kind}}</span> by {{.DismissedBy}} ({{.DismissReason}}) {{end}}</p>{{end}}
 <h2>Timeline</h2>
+<div class="scroll">{{swimlanes .Timeline}}</div>
 <div class="scroll"><table id="timeline"><tr><th>time (UTC)</th><th>+</th>{{range .Columns}}<th>{{.}}</th>{{end}}</tr>
 {{range .Rows}}{{$e := .}}<tr class="entry {{.Source}}" data-column="{{.Column}}" data-what="{{.What}}"><td>{{.At.Format "15:04:05.000"}}</td><td>{{ms .Since}}</td>
 {{range .Cells}}<td class="cell">{{if .}}<div class="what {{if eq $e.Source "event"}}ev{{else}}{{$e.Source}}{{end}}">{{$e.What}}</div>{{with $e.Detail}}<div class="detail">{{.}}</div>{{end}}

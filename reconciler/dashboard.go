@@ -28,6 +28,7 @@ func (r *Reconciler) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /findings", r.serveFindings)
 	mux.HandleFunc("GET /view/{trip_id}", r.serveView)
 	r.registerConsole(mux)
+	r.registerSwimlanes(mux)
 }
 
 // Dashboard is the data of the HTML page.
@@ -141,9 +142,8 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 var page = template.Must(template.New("dashboard").Funcs(template.FuncMap{ //nolint:gochecknoglobals // parsed once, read-only
 	"visible": events.Visible, // a company's words shown, not obeyed
 	"ago":     func(now, t time.Time) string { return now.Sub(t).Round(time.Second).String() },
-}).Parse(`<!doctype html>
+}).Parse(liveTemplate + `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>tripsaga reconciler</title>
-<meta http-equiv="refresh" content="10">
 <style>
 body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}
 table{border-collapse:collapse;margin-bottom:1.5rem}
@@ -154,6 +154,7 @@ th{background:#f3f3f3}
 code{font-size:.8rem}
 </style></head><body>
 <h1>tripsaga reconciler</h1>
+{{template "live" .Now}}
 <h2>Open findings ({{len .Findings}})</h2>
 {{if .Findings}}<table><tr><th>trip</th><th>kind</th><th>detail</th><th>first seen</th><th>last seen</th></tr>
 {{range .Findings}}<tr><td><a href="/trips/{{.TripID}}">{{.TripID}}</a></td><td class="{{.Kind}}">{{.Kind}}</td><td>{{visible .Detail}}</td><td>{{ago $.Now .FirstSeen}} ago</td><td>{{ago $.Now .LastSeen}} ago</td></tr>
