@@ -223,32 +223,38 @@ func subjectMatches(filter, subject string) bool {
 }
 
 // durables tells which durable consumers exist on which streams, and
-// what they take, asking JetStream once each.
+// what they take, listing each stream's consumers once (CONSUMER.LIST,
+// which the reconciler's NATS identity may call on every stream it
+// reads; CONSUMER.INFO of another service's consumer it may not).
 type durables struct {
 	js   jetstream.JetStream
-	seen map[[2]string]*jetstream.ConsumerInfo
+	seen map[string]map[string]*jetstream.ConsumerInfo
 }
 
 // takes returns "" when consumer has a durable consumer on stream whose
 // filter takes subject, else why not.
 func (d *durables) takes(ctx context.Context, stream, consumer, subject string) (string, error) {
-	k := [2]string{stream, consumer}
-	info, ok := d.seen[k]
+	on, ok := d.seen[stream]
 	if !ok {
-		c, err := d.js.Consumer(ctx, stream, consumer)
-		switch {
-		case errors.Is(err, jetstream.ErrConsumerNotFound):
-		case err != nil:
-			return "", fmt.Errorf("consumer %s on %s: %w", consumer, stream, err)
-		default:
-			info = c.CachedInfo()
+		s, err := d.js.Stream(ctx, stream)
+		if err != nil {
+			return "", fmt.Errorf("stream %s: %w", stream, err)
 		}
-		d.seen[k] = info
+		on = map[string]*jetstream.ConsumerInfo{}
+		list := s.ListConsumers(ctx)
+		for info := range list.Info() {
+			on[info.Name] = info
+		}
+		if err := list.Err(); err != nil {
+			return "", fmt.Errorf("consumers of %s: %w", stream, err)
+		}
+		d.seen[stream] = on
 	}
+	info := on[consumer]
 	if info == nil {
 		return fmt.Sprintf("%s has no durable consumer on %s (its service has not consumed the stream yet, or takes these events inside the transaction that publishes them, as the trips service its trip.* events)", consumer, stream), nil
 	}
-	filters := info.Config.FilterSubjects
+	filters := slices.Clone(info.Config.FilterSubjects)
 	if info.Config.FilterSubject != "" {
 		filters = append(filters, info.Config.FilterSubject)
 	}
@@ -345,7 +351,7 @@ func (o *Operator) RedriveFrom(ctx context.Context, key string, req RedriveFromR
 		return plan, bad("step", fmt.Sprintf("trip %s (version %s) has no step %q; its steps: %s", req.Trip, plan.Version, req.Step, strings.Join(names, ", ")))
 	}
 	types := redriveTypes(c, req.Step)
-	cons := &durables{js: o.r.cfg.JetStream, seen: map[[2]string]*jetstream.ConsumerInfo{}}
+	cons := &durables{js: o.r.cfg.JetStream, seen: map[string]map[string]*jetstream.ConsumerInfo{}}
 	var todo []tripMsg
 	for _, m := range msgs {
 		if m.err != nil {
