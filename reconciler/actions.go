@@ -376,6 +376,13 @@ func (o *Operator) record(ctx context.Context, key, fingerprint string, d events
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return ev, false, fmt.Errorf("action by key: %w", err)
 	}
+	if rows, err := queries.OperatorActionListByKeyPrefix(ctx, o.r.cfg.Pool, key+"/"); err != nil {
+		return ev, false, fmt.Errorf("actions by key: %w", err)
+	} else if len(rows) > 0 {
+		return ev, false, &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
+			"Idempotency-Key %q was used at %s for a re-drive of %s from a step (by %s); use a new key for a new action",
+			key, rows[0].CreatedAt.UTC().Format(time.RFC3339), rows[0].TripID, rows[0].Operator)}
+	}
 	err = outbox.UnitOfWork{Pool: o.r.cfg.Pool, Relay: o.relay}.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		if ev, err = recordIn(ctx, tx, key, fingerprint, d, dlSeq); err != nil {

@@ -256,6 +256,9 @@ func TestRedriveFromAStep(t *testing.T) {
 		other := postRedrive(t, base, testToken, "k-from-payment", trip, map[string]any{"step": "car", "operator": "ada", "reason": "x"})
 		require.Equal(t, http.StatusConflict, other.code)
 		require.Contains(t, other.problem.Detail, "another re-drive")
+		act := postAction(t, base, testToken, "k-from-payment", map[string]any{"action": "pause", "trip": trip, "service": "payment", "reason": "x", "operator": "ada"})
+		require.Equal(t, http.StatusConflict, act.code, "the key of a re-drive is no key for another action")
+		require.Contains(t, act.problem.Detail, "re-drive")
 		require.Equal(t, len(wanted), b.actionRows(t))
 	})
 
