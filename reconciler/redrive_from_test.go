@@ -288,3 +288,60 @@ func TestRedriveFromAStep(t *testing.T) {
 		require.Equal(t, "payment.charged car.booked trip.confirmed mail.sent", strings.Join(kinds, " "))
 	})
 }
+
+// redriveTypes follows the trip's version: the step's triggers in that
+// order, what it and the later steps publish, and from a saga step the
+// undos of the earlier ones; never an operator's action.
+func TestRedriveTypes(t *testing.T) {
+	t.Parallel()
+	chargeLast, err := events.CatalogueOf(events.ChargeLast)
+	require.NoError(t, err)
+	insured, err := events.CatalogueOf(events.FullSteps)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name      string
+		c         events.Catalogue
+		step      string
+		has, lack []string
+	}{
+		{"DefaultPayment", events.Default, "payment",
+			[]string{events.HotelHeld, events.PaymentCharged, events.PaymentRefunded, events.CarBooked, events.CarRejected, events.HotelReleased, events.TripConfirmed, events.TripCanceled, events.MailSent},
+			[]string{events.TripRequested, events.OperatorAction}},
+		{"DefaultMail", events.Default, "mail",
+			[]string{events.TripConfirmed, events.TripCanceled, events.MailSent, events.TripCancellationRequested},
+			[]string{events.HotelHeld, events.PaymentCharged, events.HotelReleased, events.CarBooked}},
+		{"ChargeLastCar", chargeLast, "car",
+			[]string{events.HotelHeld, events.CarBooked, events.CarCanceled, events.PaymentCharged, events.HotelReleased},
+			[]string{events.TripRequested}},
+		{"InsuredPayment", insured, "payment",
+			[]string{events.InsuranceBought, events.PaymentCharged, events.InsuranceCanceled, events.HotelReleased},
+			[]string{events.HotelHeld, events.TripRequested}},
+		{"UnknownStep", events.Default, "insurance", nil, []string{events.HotelHeld}},
+	} {
+		got := redriveTypes(c.c, c.step)
+		for _, typ := range c.has {
+			require.Contains(t, got, typ, c.name)
+		}
+		for _, typ := range c.lack {
+			require.NotContains(t, got, typ, c.name)
+		}
+	}
+}
+
+func TestSubjectMatches(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		filter, subject string
+		want            bool
+	}{
+		{"hotel.held.>", "hotel.held.T-1", true},
+		{"hotel.held.>", "hotel.held", false},
+		{"hotel.>", "hotel.held.T-1", true},
+		{"hotel.*.T-1", "hotel.held.T-1", true},
+		{"hotel.*", "hotel.held.T-1", false},
+		{"payment.charged.>", "hotel.held.T-1", false},
+		{"hotel.held.T-1", "hotel.held.T-1", true},
+	} {
+		require.Equal(t, c.want, subjectMatches(c.filter, c.subject), "%s %s", c.filter, c.subject)
+	}
+}
