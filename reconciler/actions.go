@@ -381,28 +381,17 @@ func (o *Operator) record(ctx context.Context, key, fingerprint string, d events
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return ev, false, fmt.Errorf("action by key: %w", err)
 	}
-	ev, err = events.New(events.Source(ProjectionName), events.OperatorAction, d.TripID, d)
-	if err != nil {
-		return ev, false, err
+	if rows, err := queries.OperatorActionListByKeyPrefix(ctx, o.r.cfg.Pool, key+"/"); err != nil {
+		return ev, false, fmt.Errorf("actions by key: %w", err)
+	} else if len(rows) > 0 {
+		return ev, false, &ActionError{Status: http.StatusConflict, Detail: fmt.Sprintf(
+			"Idempotency-Key %q was used at %s for a re-drive of %s from a step (by %s); use a new key for a new action",
+			key, rows[0].CreatedAt.UTC().Format(time.RFC3339), rows[0].TripID, rows[0].Operator)}
 	}
-	stored, err := json.Marshal(ev)
-	if err != nil {
-		return ev, false, err
-	}
-	seq := pgtype.Int8{Int64: int64(dlSeq), Valid: dlSeq != 0}
 	err = outbox.UnitOfWork{Pool: o.r.cfg.Pool, Relay: o.relay}.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		n, err := queries.OperatorActionInsert(ctx, tx, dbsqlc.OperatorActionInsertParams{
-			EventID: ev.ID(), IdempotencyKey: key, Fingerprint: fingerprint, Action: d.Action, TripID: d.TripID,
-			Service: d.Service, Operator: d.Operator, Reason: d.Reason, DeadletterSeq: seq, Event: stored, CreatedAt: ev.Time(),
-		})
-		if err != nil {
-			return fmt.Errorf("record action: %w", err)
-		}
-		if n == 0 {
-			return errRaced
-		}
-		if err := outbox.Write(ctx, tx, ev); err != nil {
-			return fmt.Errorf("action event: %w", err)
+		var err error
+		if ev, err = recordIn(ctx, tx, key, fingerprint, d, dlSeq); err != nil {
+			return err
 		}
 		if also != nil {
 			return also(ctx, tx)
@@ -418,6 +407,35 @@ func (o *Operator) record(ctx context.Context, key, fingerprint string, d events
 	o.log.Info("reconciler: operator action recorded", "action", d.Action, "trip_id", d.TripID, "service", d.Service,
 		"operator", d.Operator, "event_id", ev.ID())
 	return ev, false, nil
+}
+
+// recordIn builds the event of action d and, inside tx, records it under
+// key in operator_actions and writes it to the outbox; errRaced when the
+// key is recorded already (another request committed it meanwhile).
+func recordIn(ctx context.Context, tx pgx.Tx, key, fingerprint string, d events.OperatorActionData, dlSeq uint64) (event.Event, error) {
+	ev, err := events.New(events.Source(ProjectionName), events.OperatorAction, d.TripID, d)
+	if err != nil {
+		return ev, err
+	}
+	stored, err := json.Marshal(ev)
+	if err != nil {
+		return ev, err
+	}
+	seq := pgtype.Int8{Int64: int64(dlSeq), Valid: dlSeq != 0}
+	n, err := queries.OperatorActionInsert(ctx, tx, dbsqlc.OperatorActionInsertParams{
+		EventID: ev.ID(), IdempotencyKey: key, Fingerprint: fingerprint, Action: d.Action, TripID: d.TripID,
+		Service: d.Service, Operator: d.Operator, Reason: d.Reason, DeadletterSeq: seq, Event: stored, CreatedAt: ev.Time(),
+	})
+	if err != nil {
+		return ev, fmt.Errorf("record action: %w", err)
+	}
+	if n == 0 {
+		return ev, errRaced
+	}
+	if err := outbox.Write(ctx, tx, ev); err != nil {
+		return ev, fmt.Errorf("action event: %w", err)
+	}
+	return ev, nil
 }
 
 // Actions returns the recorded action events, newest first: of one trip

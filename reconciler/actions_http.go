@@ -23,12 +23,14 @@ import (
 //	GET  /api/actions/{event_id}/outcome  JSON ActionOutcome: what the service that carries it out reported it did
 //	GET  /api/deadletters       JSON {"items":[DeadLetter...]}: the parked events, oldest first (the newest 1000)
 //	GET  /api/deadletters/{seq} JSON DeadLetter; 404 problem+json if there is none
+//	POST /api/trips/{trip_id}/redrive  a re-drive of the trip from a step (RedriveFromRequest), JSON RedrivePlan; see serveRedriveFrom
 func (o *Operator) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/actions", o.serveAction)
 	mux.HandleFunc("GET /api/actions", o.serveActions)
 	mux.HandleFunc("GET /api/actions/{event_id}/outcome", o.serveOutcome)
 	mux.HandleFunc("GET /api/deadletters", o.serveDeadLetters)
 	mux.HandleFunc("GET /api/deadletters/{seq}", o.serveDeadLetter)
+	mux.HandleFunc("POST /api/trips/{trip_id}/redrive", o.serveRedriveFrom)
 	o.registerBulk(mux)
 }
 

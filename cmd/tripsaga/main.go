@@ -76,6 +76,6 @@ func rootCmd() *cobra.Command {
 		PersistentPreRunE: checkSteps,
 	}
 	root.AddCommand(serveCmd(), upCmd(), demoCmd(), replayCmd(), benchCmd(), healthCmd(), outboxCmd(), doctorCmd(), chaosCmd(), timelineCmd(),
-		incidentsCmd(), deadletterCmd(), repairCmd(), natsAuthCmd(), streamsCmd(), tripsCmd())
+		incidentsCmd(), deadletterCmd(), repairCmd(), redriveCmd(), natsAuthCmd(), streamsCmd(), tripsCmd())
 	return root
 }

@@ -146,6 +146,45 @@ func (q *Queries) OperatorActionList(ctx context.Context, db DBTX, arg OperatorA
 	return items, nil
 }
 
+const operatorActionListByKeyPrefix = `-- name: OperatorActionListByKeyPrefix :many
+SELECT event_id, idempotency_key, fingerprint, action, trip_id, service, operator, reason, deadletter_seq, event, created_at FROM operator_actions WHERE starts_with(idempotency_key, $1::text) ORDER BY event_id
+`
+
+// The actions recorded under keys starting with prefix, in the order they
+// were recorded (event ids are ULIDs): a re-drive from a step records one
+// action per delivery, under "<Idempotency-Key>/<consumer>/<event id>".
+func (q *Queries) OperatorActionListByKeyPrefix(ctx context.Context, db DBTX, prefix string) ([]OperatorAction, error) {
+	rows, err := db.Query(ctx, operatorActionListByKeyPrefix, prefix)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OperatorAction
+	for rows.Next() {
+		var i OperatorAction
+		if err := rows.Scan(
+			&i.EventID,
+			&i.IdempotencyKey,
+			&i.Fingerprint,
+			&i.Action,
+			&i.TripID,
+			&i.Service,
+			&i.Operator,
+			&i.Reason,
+			&i.DeadletterSeq,
+			&i.Event,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const operatorActionRedrives = `-- name: OperatorActionRedrives :many
 SELECT deadletter_seq, event_id FROM operator_actions
 WHERE action = 'redrive' AND deadletter_seq = ANY($1::bigint[])

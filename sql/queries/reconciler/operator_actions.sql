@@ -24,3 +24,9 @@ ORDER BY created_at;
 
 -- name: OperatorActionGet :one
 SELECT * FROM operator_actions WHERE event_id = @event_id;
+
+-- name: OperatorActionListByKeyPrefix :many
+-- The actions recorded under keys starting with prefix, in the order they
+-- were recorded (event ids are ULIDs): a re-drive from a step records one
+-- action per delivery, under "<Idempotency-Key>/<consumer>/<event id>".
+SELECT * FROM operator_actions WHERE starts_with(idempotency_key, @prefix::text) ORDER BY event_id;
