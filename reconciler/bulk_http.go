@@ -185,7 +185,7 @@ function bulkRun(btn){
   sessionStorage.setItem('tripsaga-token',token);
   var b=bulkBody(false); b.expected_count=parseInt(btn.dataset.count,10);
   if(!b.reason){out.textContent='Give a reason first: it is kept with every action.';return;}
-  btn.disabled=true;
+  btn.disabled=true; delete out.dataset.status; out.textContent='sending…';
   fetch('/api/bulk-actions',{method:'POST',headers:{'Authorization':'Bearer '+token,'Idempotency-Key':document.getElementById('bulk').dataset.key,'Content-Type':'application/json'},body:JSON.stringify(b)})
     .then(function(r){return r.json().then(function(d){
       if(r.ok){location.href='/bulk/'+d.id;return}

@@ -290,6 +290,7 @@ var consoleFuncs = template.FuncMap{ //nolint:gochecknoglobals // read-only
 		b, _ := json.MarshalIndent(v, "", "  ")
 		return string(b)
 	},
+	"split":          strings.Split,
 	"statuses":       func() []string { return statuses },
 	"msd":            func(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond },
 	"bulkActions":    func() []string { return BulkActions },
@@ -440,6 +441,31 @@ var consolePages = template.Must(template.New("console").Funcs(consoleFuncs).Par
 <button class="action pause" data-service="{{.}}" data-key="{{key}}" data-body='{{json (dict "action" "pause" "trip" $trip "service" .)}}' onclick="act(this)">pause</button>
 <button class="action resume" data-service="{{.}}" data-key="{{key}}" data-body='{{json (dict "action" "resume" "trip" $trip "service" .)}}' onclick="act(this)">resume</button></span> &nbsp; {{end}}
 · <a href="/api/trips/{{.TripID}}/timeline">JSON</a></p>
+<p id="redrive">Re-drive this trip's events from a step to the services that consume them (through their inboxes: what a service handled already is dropped, so nothing acts twice):
+<select id="redrive-step">{{range split .Version ","}}<option>{{.}}</option>{{end}}</select>
+<button class="redrive-dry" type="button" onclick="redriveFrom(true)">dry run</button>
+<button class="redrive-run" type="button" data-key="{{key}}" onclick="redriveFrom(false, this)">re-drive</button></p>
+<div id="redrive-result"></div>
+<script>
+function redriveFrom(dry, btn){
+  var out=document.getElementById('redrive-result');
+  var body={step:document.getElementById('redrive-step').value,dry_run:dry,
+    reason:document.getElementById('reason').value.trim(),operator:document.getElementById('operator').value.trim()||'operator'};
+  var h={'Content-Type':'application/json'};
+  if(!dry){
+    var token=document.getElementById('token').value.trim();
+    if(!token||!body.reason){out.textContent='The operator token and a reason are needed to re-drive.';return}
+    h['Authorization']='Bearer '+token; h['Idempotency-Key']=btn.dataset.key;
+  }
+  fetch('/api/trips/{{.TripID}}/redrive',{method:'POST',headers:h,body:JSON.stringify(body)})
+    .then(function(r){return r.json().then(function(d){
+      out.dataset.status=r.status;
+      if(!r.ok){out.textContent=r.status+' '+(d.detail||d.title);return}
+      out.textContent=(dry?'dry run: ':'re-driven: ')+d.deliveries.length+' deliveries from '+d.step+': '+
+        d.deliveries.map(function(x){return x.kind+' → '+x.consumer}).join(', ');
+    })});
+}
+</script>
 {{if .Incidents}}<h2>Incidents</h2>
 <table id="incidents"><tr><th>step</th><th>kind</th><th>attempts</th><th>last error</th><th>raised</th><th>resolved</th><th></th></tr>
 {{range .Incidents}}<tr><td>{{.Step}}</td><td class="incident">{{.Kind}}</td><td>{{.Calls}}{{if ne .Calls .Attempts}} ({{.Attempts}} when raised){{end}}</td><td>{{.LastError}}</td><td>{{.RaisedAt.Format "15:04:05.000"}}</td><td>{{if .ResolvedAt}}{{.ResolvedAt.Format "15:04:05.000"}}{{else}}open{{end}}</td>
