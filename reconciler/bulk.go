@@ -34,8 +34,9 @@ const (
 )
 
 // BulkActions are the actions a bulk action can apply: those about one
-// trip at one service that need nothing but the trip.
-var BulkActions = []string{events.ActionRetryUndo, events.ActionPause, events.ActionResume, events.ActionResolve, events.ActionSettle} //nolint:gochecknoglobals // read-only
+// trip at one service that need nothing but the trip, and redrive: a
+// re-drive of each trip from a step ([Operator.RedriveFrom]).
+var BulkActions = []string{events.ActionRetryUndo, events.ActionPause, events.ActionResume, events.ActionResolve, events.ActionSettle, events.ActionRedrive} //nolint:gochecknoglobals // read-only
 
 // Bulk action states (bulk_actions.state) and its trips' (bulk_action_trips.state).
 const (
@@ -67,7 +68,8 @@ type BulkRequest struct {
 	// each trip's open step's company (open_steps), and a trip with no
 	// unfinished step is skipped.
 	Service string `json:"service,omitempty"`
-	// Incident (resolve), Outcome and Step (settle) as in [ActionRequest].
+	// Incident (resolve), Outcome and Step (settle) as in [ActionRequest];
+	// for redrive, Step is the step to re-drive each trip from (required).
 	Incident string     `json:"incident,omitempty"`
 	Outcome  string     `json:"outcome,omitempty"`
 	Step     string     `json:"step,omitempty"`
@@ -120,6 +122,7 @@ type BulkAction struct {
 	Service     string     `json:"service,omitempty"`
 	Incident    string     `json:"incident,omitempty"`
 	Outcome     string     `json:"outcome,omitempty"`
+	Step        string     `json:"step,omitempty"`
 	Filter      TripFilter `json:"filter"`
 	Trips       int        `json:"trips"`
 	RatePerS    float64    `json:"rate_per_s"`
@@ -141,7 +144,7 @@ type BulkAction struct {
 func (b BulkAction) Ended() bool { return b.FinishedAt != nil && b.Counts[BulkTripSent] == 0 }
 
 func bulkOf(row dbsqlc.BulkAction) (BulkAction, error) {
-	b := BulkAction{ID: row.ID, Action: row.Action, Service: row.Service, Incident: row.Incident, Outcome: row.Outcome,
+	b := BulkAction{ID: row.ID, Action: row.Action, Service: row.Service, Incident: row.Incident, Outcome: row.Outcome, Step: row.Step,
 		Trips: int(row.Trips), RatePerS: row.RatePerS, Canary: int(row.Canary), Operator: row.Operator, Reason: row.Reason,
 		State: row.State, StateReason: row.StateReason, CreatedAt: row.CreatedAt.UTC(), FinishedAt: row.FinishedAt, Counts: map[string]int{}}
 	if err := json.Unmarshal(row.Filter, &b.Filter); err != nil {
@@ -169,8 +172,14 @@ func (o *Operator) validateBulk(br *BulkRequest) error {
 		return bad("canary", "0 (none) or the trips to send first")
 	case br.Action == events.ActionSettle && br.Outcome == "":
 		return bad("outcome", "required for settle: undone, done or not_done")
-	case br.Action != events.ActionSettle && (br.Outcome != "" || br.Step != ""):
-		return bad(map[bool]string{true: "outcome", false: "step"}[br.Outcome != ""], "only for settle")
+	case br.Action != events.ActionSettle && br.Outcome != "":
+		return bad("outcome", "only for settle")
+	case br.Action == events.ActionRedrive && br.Step == "":
+		return bad("step", "required for redrive: the step to re-drive each trip's events from (hotel, payment, car, ...)")
+	case br.Action == events.ActionRedrive && br.Service != "":
+		return bad("service", "not for redrive: each event goes to every service that consumes it")
+	case br.Action != events.ActionSettle && br.Action != events.ActionRedrive && br.Step != "":
+		return bad("step", "only for settle and redrive")
 	case br.Action != events.ActionResolve && br.Incident != "":
 		return bad("incident", "only for resolve")
 	case br.DryRun:
@@ -214,6 +223,9 @@ func (o *Operator) selectBulk(ctx context.Context, br BulkRequest) ([]BulkTrip, 
 		t := BulkTrip{TripID: row.TripID, Service: row.OpenService, State: BulkTripWaiting}
 		if br.Service != "" {
 			t.Service = br.Service
+		}
+		if br.Action == events.ActionRedrive {
+			t.Service = "every consumer"
 		}
 		if t.Service == "" {
 			t.State, t.Effect = BulkTripSkipped, "no unfinished step to name its company, and no service given"
@@ -292,7 +304,7 @@ func (o *Operator) StartBulk(ctx context.Context, key string, br BulkRequest) (B
 		raced := false
 		err = pgx.BeginFunc(ctx, o.r.cfg.Pool, func(tx pgx.Tx) error {
 			n, err := queries.BulkInsert(ctx, tx, dbsqlc.BulkInsertParams{ID: id, IdempotencyKey: key, Fingerprint: fingerprint,
-				Action: br.Action, Service: br.Service, Incident: br.Incident, Outcome: br.Outcome, Filter: filter,
+				Action: br.Action, Service: br.Service, Incident: br.Incident, Outcome: br.Outcome, Step: br.Step, Filter: filter,
 				Trips: int32(len(trips)), RatePerS: br.RatePerS, Canary: int32(br.Canary), Operator: br.Operator, Reason: br.Reason, State: state})
 			if err != nil {
 				return err
@@ -509,8 +521,14 @@ func (o *Operator) advance(ctx context.Context, tx pgx.Tx, b dbsqlc.BulkAction) 
 		if n, limited := allowed[t.Service]; limited && n <= 0 {
 			continue
 		}
+		if b.Action == events.ActionRedrive {
+			if err := o.sendRedrive(ctx, tx, b, t); err != nil {
+				return err
+			}
+			continue
+		}
 		ev, _, err := o.Act(ctx, b.IdempotencyKey+"/"+t.TripID, ActionRequest{Action: b.Action, Trip: t.TripID, Service: t.Service,
-			Incident: b.Incident, Outcome: b.Outcome, Reason: fmt.Sprintf("bulk action %s: %s", b.ID, b.Reason), Operator: b.Operator})
+			Incident: b.Incident, Outcome: b.Outcome, Step: b.Step, Reason: fmt.Sprintf("bulk action %s: %s", b.ID, b.Reason), Operator: b.Operator})
 		var ae *ActionError
 		switch {
 		case errors.As(err, &ae) && ae.Status == http.StatusConflict:
@@ -534,6 +552,28 @@ func (o *Operator) advance(ctx context.Context, tx pgx.Tx, b dbsqlc.BulkAction) 
 		}
 	}
 	return o.moveOn(ctx, tx, b)
+}
+
+// sendRedrive re-drives trip t of bulk action b from b's step
+// ([Operator.RedriveFrom], under the key "<key>/<trip>"): done once its
+// deliveries are recorded (each consumer's inbox then takes or drops its
+// event; the trip's timeline shows which), failed when it is refused.
+// Not limited by the rate: its deliveries go to every consumer at once.
+func (o *Operator) sendRedrive(ctx context.Context, tx pgx.Tx, b dbsqlc.BulkAction, t dbsqlc.BulkActionTrip) error {
+	plan, err := o.RedriveFrom(ctx, b.IdempotencyKey+"/"+t.TripID, RedriveFromRequest{Trip: t.TripID, Step: b.Step,
+		Operator: b.Operator, Reason: fmt.Sprintf("bulk action %s: %s", b.ID, b.Reason)})
+	var ae *ActionError
+	state, effect := BulkTripDone, ""
+	switch {
+	case errors.As(err, &ae):
+		state, effect = BulkTripFailed, "refused: "+ae.Error()
+	case err != nil:
+		o.log.Warn("reconciler: bulk action: redrive", "id", b.ID, "trip_id", t.TripID, "err", err)
+		return nil // sent again next pass, by the same key
+	default:
+		effect = fmt.Sprintf("%d deliveries from %s recorded (%d skipped)", len(plan.Deliveries), plan.Step, len(plan.Skipped))
+	}
+	return queries.BulkTripFinish(ctx, tx, dbsqlc.BulkTripFinishParams{BulkID: b.ID, TripID: t.TripID, State: state, Effect: effect})
 }
 
 // rateAllows returns, when b has a rate limit, how many more actions each

@@ -143,7 +143,8 @@ carried out by <select id="b-service"><option value="">each trip's open step's c
 at most <input id="b-rate" size="4" value="5"> actions/s per company (0: no limit) ·
 canary <input id="b-canary" size="3" value="0"> first trips, then stop if any failed ·
 incident (resolve) <input id="b-incident" size="14" placeholder="all open"> ·
-outcome (settle) <select id="b-outcome"><option value=""></option><option>undone</option><option>done</option><option>not_done</option></select><br>
+outcome (settle) <select id="b-outcome"><option value=""></option><option>undone</option><option>done</option><option>not_done</option></select> ·
+step (settle; redrive: from which) <input id="b-step" size="8"><br>
 operator <input id="operator" size="12" value="operator">
 token <input id="token" type="password" size="18" autocomplete="off" placeholder="OPERATOR_TOKEN">
 reason <input id="reason" size="40" placeholder="why (kept with every trip's action)">
@@ -161,6 +162,7 @@ function bulkBody(dry){
   if(el('b-service').value){b.service=el('b-service').value}
   if(el('b-incident').value.trim()){b.incident=el('b-incident').value.trim()}
   if(el('b-outcome').value){b.outcome=el('b-outcome').value}
+  if(el('b-step').value.trim()){b.step=el('b-step').value.trim()}
   return b;
 }
 function bulkDry(){

@@ -308,6 +308,20 @@ func TestTripListAndBulkActions(t *testing.T) {
 	require.Equal(t, 5, canceled.Counts[BulkTripSkipped])
 	require.Equal(t, http.StatusConflict, c.do(http.MethodPost, "/api/bulk-actions/"+canceled.ID+"/cancel", "", map[string]any{"operator": "ada", "reason": "again"}, &problem))
 	require.True(t, strings.Contains(problem.Detail, "ended already"))
+
+	// A bulk re-drive names its step; each trip is re-driven from it
+	// (here no stream holds their events: each is refused, and says why).
+	redrive := map[string]any{"action": "redrive", "filter": map[string]any{"company": "hotel"}, "expected_count": 1,
+		"operator": "ada", "reason": "the hotel's consumer skipped events"}
+	require.Equal(t, http.StatusBadRequest, c.do(http.MethodPost, "/api/bulk-actions", "bulk-4", redrive, &problem))
+	require.Contains(t, problem.Detail, `"step"`)
+	redrive["step"] = "hotel"
+	var redriven BulkAction
+	require.Equal(t, http.StatusCreated, c.do(http.MethodPost, "/api/bulk-actions", "bulk-4", redrive, &redriven))
+	ended = carryOut(t, op, pay, redriven.ID, func(string) string { return "" })
+	require.Equal(t, map[string]int{BulkTripFailed: 1}, ended.Counts)
+	require.Equal(t, "hotel", ended.Step)
+	require.Contains(t, ended.Items[0].Effect, "refused: ")
 }
 
 func tripIDs(items []TripListItem) []string {

@@ -11,7 +11,7 @@ import (
 )
 
 const bulkClaimActive = `-- name: BulkClaimActive :many
-SELECT id, idempotency_key, fingerprint, action, service, incident, outcome, filter, trips, rate_per_s, canary, operator, reason, state, state_reason, created_at, finished_at FROM bulk_actions b
+SELECT id, idempotency_key, fingerprint, action, service, incident, outcome, step, filter, trips, rate_per_s, canary, operator, reason, state, state_reason, created_at, finished_at FROM bulk_actions b
 WHERE b.finished_at IS NULL
    OR EXISTS (SELECT 1 FROM bulk_action_trips t WHERE t.bulk_id = b.id AND t.state = 'sent')
 ORDER BY b.created_at
@@ -38,6 +38,7 @@ func (q *Queries) BulkClaimActive(ctx context.Context, db DBTX) ([]BulkAction, e
 			&i.Service,
 			&i.Incident,
 			&i.Outcome,
+			&i.Step,
 			&i.Filter,
 			&i.Trips,
 			&i.RatePerS,
@@ -60,7 +61,7 @@ func (q *Queries) BulkClaimActive(ctx context.Context, db DBTX) ([]BulkAction, e
 }
 
 const bulkGet = `-- name: BulkGet :one
-SELECT id, idempotency_key, fingerprint, action, service, incident, outcome, filter, trips, rate_per_s, canary, operator, reason, state, state_reason, created_at, finished_at FROM bulk_actions WHERE id = $1
+SELECT id, idempotency_key, fingerprint, action, service, incident, outcome, step, filter, trips, rate_per_s, canary, operator, reason, state, state_reason, created_at, finished_at FROM bulk_actions WHERE id = $1
 `
 
 func (q *Queries) BulkGet(ctx context.Context, db DBTX, id string) (BulkAction, error) {
@@ -74,6 +75,7 @@ func (q *Queries) BulkGet(ctx context.Context, db DBTX, id string) (BulkAction, 
 		&i.Service,
 		&i.Incident,
 		&i.Outcome,
+		&i.Step,
 		&i.Filter,
 		&i.Trips,
 		&i.RatePerS,
@@ -89,7 +91,7 @@ func (q *Queries) BulkGet(ctx context.Context, db DBTX, id string) (BulkAction, 
 }
 
 const bulkGetByKey = `-- name: BulkGetByKey :one
-SELECT id, idempotency_key, fingerprint, action, service, incident, outcome, filter, trips, rate_per_s, canary, operator, reason, state, state_reason, created_at, finished_at FROM bulk_actions WHERE idempotency_key = $1
+SELECT id, idempotency_key, fingerprint, action, service, incident, outcome, step, filter, trips, rate_per_s, canary, operator, reason, state, state_reason, created_at, finished_at FROM bulk_actions WHERE idempotency_key = $1
 `
 
 func (q *Queries) BulkGetByKey(ctx context.Context, db DBTX, idempotencyKey string) (BulkAction, error) {
@@ -103,6 +105,7 @@ func (q *Queries) BulkGetByKey(ctx context.Context, db DBTX, idempotencyKey stri
 		&i.Service,
 		&i.Incident,
 		&i.Outcome,
+		&i.Step,
 		&i.Filter,
 		&i.Trips,
 		&i.RatePerS,
@@ -118,10 +121,10 @@ func (q *Queries) BulkGetByKey(ctx context.Context, db DBTX, idempotencyKey stri
 }
 
 const bulkInsert = `-- name: BulkInsert :execrows
-INSERT INTO bulk_actions (id, idempotency_key, fingerprint, action, service, incident, outcome, filter, trips,
+INSERT INTO bulk_actions (id, idempotency_key, fingerprint, action, service, incident, outcome, step, filter, trips,
                           rate_per_s, canary, operator, reason, state)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
-        $10, $11, $12, $13, $14)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
+        $11, $12, $13, $14, $15)
 ON CONFLICT (idempotency_key) DO NOTHING
 `
 
@@ -133,6 +136,7 @@ type BulkInsertParams struct {
 	Service        string
 	Incident       string
 	Outcome        string
+	Step           string
 	Filter         []byte
 	Trips          int32
 	RatePerS       float64
@@ -151,6 +155,7 @@ func (q *Queries) BulkInsert(ctx context.Context, db DBTX, arg BulkInsertParams)
 		arg.Service,
 		arg.Incident,
 		arg.Outcome,
+		arg.Step,
 		arg.Filter,
 		arg.Trips,
 		arg.RatePerS,
@@ -166,7 +171,7 @@ func (q *Queries) BulkInsert(ctx context.Context, db DBTX, arg BulkInsertParams)
 }
 
 const bulkList = `-- name: BulkList :many
-SELECT id, idempotency_key, fingerprint, action, service, incident, outcome, filter, trips, rate_per_s, canary, operator, reason, state, state_reason, created_at, finished_at FROM bulk_actions ORDER BY created_at DESC LIMIT $1
+SELECT id, idempotency_key, fingerprint, action, service, incident, outcome, step, filter, trips, rate_per_s, canary, operator, reason, state, state_reason, created_at, finished_at FROM bulk_actions ORDER BY created_at DESC LIMIT $1
 `
 
 func (q *Queries) BulkList(ctx context.Context, db DBTX, max int32) ([]BulkAction, error) {
@@ -186,6 +191,7 @@ func (q *Queries) BulkList(ctx context.Context, db DBTX, max int32) ([]BulkActio
 			&i.Service,
 			&i.Incident,
 			&i.Outcome,
+			&i.Step,
 			&i.Filter,
 			&i.Trips,
 			&i.RatePerS,

@@ -18,6 +18,7 @@ type BulkAction struct {
 	Service        string
 	Incident       string
 	Outcome        string
+	Step           string
 	Filter         []byte
 	Trips          int32
 	RatePerS       float64

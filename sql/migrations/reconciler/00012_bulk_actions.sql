@@ -16,6 +16,7 @@ CREATE TABLE bulk_actions (
     service         text        NOT NULL,             -- '': each trip's open step's company
     incident        text        NOT NULL DEFAULT '',  -- resolve: the incident kind
     outcome         text        NOT NULL DEFAULT '',  -- settle: the outcome
+    step            text        NOT NULL DEFAULT '',  -- settle: the step; redrive: the step to re-drive from
     filter          jsonb       NOT NULL,             -- the trip list's fields
     trips           integer     NOT NULL,             -- the count the operator confirmed
     rate_per_s      double precision NOT NULL,        -- actions per second per company; 0: no limit

@@ -5,9 +5,9 @@ SELECT * FROM bulk_actions WHERE idempotency_key = @idempotency_key;
 SELECT * FROM bulk_actions WHERE id = @id;
 
 -- name: BulkInsert :execrows
-INSERT INTO bulk_actions (id, idempotency_key, fingerprint, action, service, incident, outcome, filter, trips,
+INSERT INTO bulk_actions (id, idempotency_key, fingerprint, action, service, incident, outcome, step, filter, trips,
                           rate_per_s, canary, operator, reason, state)
-VALUES (@id, @idempotency_key, @fingerprint, @action, @service, @incident, @outcome, @filter, @trips,
+VALUES (@id, @idempotency_key, @fingerprint, @action, @service, @incident, @outcome, @step, @filter, @trips,
         @rate_per_s, @canary, @operator, @reason, @state)
 ON CONFLICT (idempotency_key) DO NOTHING;
 
