@@ -75,7 +75,7 @@ company, attempts and last error (as the services' step logs said at the
 last sweep), by open finding, version, age and time range.
 
 "bulk" applies one operator action (retry_undo, pause, resume, resolve,
-settle, or redrive --step S) to every trip a filter matches. Without --yes it is a dry run:
+settle, or redrive --action-step S) to every trip a filter matches. Without --yes it is a dry run:
 the count and a sample, nothing recorded. --yes N runs it if the filter
 still matches exactly N trips (so the set cannot grow behind you), at
 --rate actions per second per company, the first --canary trips first
@@ -227,7 +227,7 @@ func tripsBulkCmd() *cobra.Command {
 	cmd.Flags().IntVar(&br.Canary, "canary", 0, "send this many trips first and stop if any failed")
 	cmd.Flags().StringVar(&br.Incident, "incident", "", "resolve: the incident kind (default: every open one)")
 	cmd.Flags().StringVar(&br.Outcome, "outcome", "", "settle: undone, done or not_done")
-	cmd.Flags().StringVar(&br.Step, "step", "", "settle: the step (when the service owns several); redrive: the step to re-drive each trip from")
+	cmd.Flags().StringVar(&br.Step, "action-step", "", "settle: the step (when the service owns several); redrive: the step to re-drive each trip from (--step filters by the open step)")
 	cmd.Flags().IntVar(&yes, "yes", 0, "run it, confirming the dry run's count: refused if the filter matches another count now")
 	cmd.Flags().BoolVar(&follow, "follow", true, "follow its progress until it ends")
 	return cmd
