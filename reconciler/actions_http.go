@@ -110,6 +110,10 @@ func decodeBody(w http.ResponseWriter, req *http.Request, v any) bool {
 		if errors.As(err, &te) && te.Field != "" {
 			field, detail = te.Field, "want a "+te.Type.String()
 		}
+		var fe *FilterError
+		if errors.As(err, &fe) {
+			field, detail = "filter."+fe.Field, fe.Detail
+		}
 		invalid(w, req, field, detail)
 		return false
 	}

@@ -170,8 +170,10 @@ func (o *Operator) validateBulk(br *BulkRequest) error {
 		return bad("rate_per_s", fmt.Sprintf("actions per second per company, 0 (no limit) to %d", MaxBulkRate))
 	case br.Canary < 0:
 		return bad("canary", "0 (none) or the trips to send first")
-	case br.Action == events.ActionSettle && br.Outcome == "":
-		return bad("outcome", "required for settle: undone, done or not_done")
+	case br.Action == events.ActionSettle && !slices.Contains(events.SettleOutcomes, br.Outcome):
+		return bad("outcome", "required for settle: one of "+strings.Join(events.SettleOutcomes, ", "))
+	case br.Action == events.ActionRedrive && br.Step != "" && !slices.Contains(stepsOfEveryVersion(o.r.cfg.Catalogue), br.Step):
+		return bad("step", "one of "+strings.Join(stepsOfEveryVersion(o.r.cfg.Catalogue), ", ")+": the step to re-drive each trip from")
 	case br.Action != events.ActionSettle && br.Outcome != "":
 		return bad("outcome", "only for settle")
 	case br.Action == events.ActionRedrive && br.Step == "":
@@ -184,8 +186,8 @@ func (o *Operator) validateBulk(br *BulkRequest) error {
 		return bad("incident", "only for resolve")
 	case br.DryRun:
 		return nil
-	case br.ExpectedCount == nil:
-		return bad("expected_count", "required: the count of a dry run of this filter, confirmed")
+	case br.ExpectedCount == nil || *br.ExpectedCount < 0:
+		return bad("expected_count", "required: the count of a dry run of this filter, confirmed (0 or more)")
 	case br.Operator == "":
 		return bad("operator", "required: who asks")
 	case len(br.Operator) > MaxOperatorChars:
@@ -346,6 +348,9 @@ func (o *Operator) StartBulk(ctx context.Context, key string, br BulkRequest) (B
 // Bulk returns bulk action id with its counts and its first items trips
 // (0: none); an [ActionError] 404 when there is none.
 func (o *Operator) Bulk(ctx context.Context, id string, items int) (BulkAction, error) {
+	if !validBulkID(id) {
+		return BulkAction{}, &ActionError{Status: http.StatusNotFound, Detail: fmt.Sprintf("no bulk action %q: its ids are B-<ULID>", id)}
+	}
 	row, err := queries.BulkGet(ctx, o.r.cfg.Pool, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return BulkAction{}, &ActionError{Status: http.StatusNotFound, Detail: fmt.Sprintf("no bulk action %q", id)}
@@ -376,6 +381,13 @@ func (o *Operator) Bulk(ctx context.Context, id string, items int) (BulkAction, 
 	return b, nil
 }
 
+// validBulkID reports whether id can be a bulk action's: "B-" and a ULID.
+func validBulkID(id string) bool {
+	u, ok := strings.CutPrefix(id, "B-")
+	_, err := ulid.ParseStrict(u)
+	return ok && err == nil
+}
+
 // Bulks returns the newest bulk actions, at most limit, with their counts.
 func (o *Operator) Bulks(ctx context.Context, limit int) ([]BulkAction, error) {
 	rows, err := queries.BulkList(ctx, o.r.cfg.Pool, int32(limit))
@@ -399,6 +411,9 @@ func (o *Operator) Bulks(ctx context.Context, limit int) ([]BulkAction, error) {
 // already is an [ActionError] 409.
 func (o *Operator) CancelBulk(ctx context.Context, id, operator, reason string) (BulkAction, error) {
 	operator, reason = strings.TrimSpace(operator), strings.TrimSpace(reason)
+	if !validBulkID(id) {
+		return BulkAction{}, &ActionError{Status: http.StatusNotFound, Detail: fmt.Sprintf("no bulk action %q: its ids are B-<ULID>", id)}
+	}
 	if operator == "" || len(operator) > MaxOperatorChars {
 		return BulkAction{}, bad("operator", "required: who cancels")
 	}

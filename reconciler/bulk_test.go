@@ -220,6 +220,24 @@ func TestTripListAndBulkActions(t *testing.T) {
 	require.Contains(t, string(html), `<b id="match-count">6</b>`)
 	require.Contains(t, string(html), `data-trip="T-REFUND-3"`)
 
+	// A filter that is not one is refused, never read as "every trip".
+	for q, field := range map[string]string{"min_attempt=5": "min_attempt", "company=%20": "company", "status=bogus": "status"} {
+		require.Equal(t, http.StatusBadRequest, c.do(http.MethodGet, "/api/trips?"+q, "", nil, &problem), q)
+		require.Contains(t, problem.Detail, field+": ", q)
+	}
+	var fieldProblem struct {
+		Errors []struct {
+			Field string `json:"field"`
+		} `json:"errors"`
+	}
+	require.Equal(t, http.StatusBadRequest, c.do(http.MethodPost, "/api/bulk-actions", "", map[string]any{"action": "pause", "dry_run": true,
+		"filter": map[string]any{"min_attempt": "5"}}, &fieldProblem))
+	require.Equal(t, "filter.min_attempt", fieldProblem.Errors[0].Field)
+	require.Equal(t, http.StatusBadRequest, c.do(http.MethodPost, "/api/bulk-actions", "", map[string]any{"action": "settle", "dry_run": true,
+		"outcome": "maybe", "filter": map[string]any{}}, &fieldProblem))
+	require.Equal(t, "outcome", fieldProblem.Errors[0].Field)
+	require.Equal(t, http.StatusNotFound, c.do(http.MethodGet, "/api/bulk-actions/B-NOPE", "", nil, nil))
+
 	// The dry run counts and samples; it records nothing.
 	req := map[string]any{"action": "retry_undo", "filter": map[string]any{"state": "compensating", "company": "payment"},
 		"rate_per_s": 2, "canary": 2, "operator": "ada", "reason": "the card processor's refunds work again"}

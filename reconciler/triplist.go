@@ -99,16 +99,23 @@ func (f *TripFilter) UnmarshalJSON(b []byte) error {
 		case float64:
 			q.Set(k, strconv.FormatFloat(v, 'f', -1, 64))
 		default:
-			return fmt.Errorf("%s: a string or a number", k)
+			return &FilterError{Field: k, Detail: "a string or a number"}
 		}
 	}
 	g, err := ParseTripFilter(q)
 	if err != nil {
-		return err
+		field, detail, _ := strings.Cut(err.Error(), ": ")
+		return &FilterError{Field: field, Detail: detail}
 	}
 	*f = g
 	return nil
 }
+
+// FilterError is a filter refused for one of its fields (Field: "state",
+// "min_attempt"...), from [TripFilter.UnmarshalJSON].
+type FilterError struct{ Field, Detail string }
+
+func (e *FilterError) Error() string { return "filter." + e.Field + ": " + e.Detail }
 
 // Query returns f as the query string the list and the bulk actions take.
 func (f TripFilter) Query() url.Values {
@@ -152,14 +159,36 @@ func (f TripFilter) String() string {
 	return f.Query().Encode()
 }
 
-// ParseTripFilter reads a [TripFilter] from a query string's values. An
-// error names the field: "min_attempts: a whole number from 0".
+// ParseTripFilter reads a [TripFilter] from a query string's values, all
+// of which must be filters ([filterKeys]). An error names the field:
+// "min_attempts: a whole number from 0", "min_attempt: not a filter of
+// the trip list".
 func ParseTripFilter(q url.Values) (TripFilter, error) {
+	for k := range q {
+		if !slices.Contains(filterKeys, k) {
+			return TripFilter{}, fmt.Errorf("%s: not a filter of the trip list (those are %s)", k, strings.Join(filterKeys, ", "))
+		}
+	}
+	return parseFilterValues(q)
+}
+
+// filterKeys are the trip list's filters, as query parameters.
+var filterKeys = []string{"status", "step", "state", "company", "min_attempts", "error", "finding", "version", "min_age", "from", "to"} //nolint:gochecknoglobals // read-only
+
+// listKeys are the trip list's other query parameters.
+var listKeys = []string{"order", "limit", "cursor", "count"} //nolint:gochecknoglobals // read-only
+
+// parseFilterValues reads the filter's values of q, ignoring other keys.
+func parseFilterValues(q url.Values) (TripFilter, error) {
 	var f TripFilter
 	text := func(k string) (string, error) {
-		v := strings.TrimSpace(q.Get(k))
+		raw := q.Get(k)
+		v := strings.TrimSpace(raw)
 		if !utf8.ValidString(v) || len(v) > maxFilterChars || strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 			return "", fmt.Errorf("%s: at most %d characters of UTF-8 text, no control characters", k, maxFilterChars)
+		}
+		if v == "" && raw != "" {
+			return "", fmt.Errorf("%s: blank; leave it out to not filter by it", k)
 		}
 		return v, nil
 	}
@@ -171,6 +200,9 @@ func ParseTripFilter(q url.Values) (TripFilter, error) {
 		if *p.v, err = text(p.k); err != nil {
 			return f, err
 		}
+	}
+	if f.Status != "" && !slices.Contains(statuses, f.Status) {
+		return f, fmt.Errorf("status: one of %s", strings.Join(statuses, ", "))
 	}
 	if f.State != "" && !slices.Contains(openStates, f.State) {
 		return f, fmt.Errorf("state: one of %s (an open step's state)", strings.Join(openStates, ", "))

@@ -2,6 +2,9 @@ package reconciler
 
 import (
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -35,8 +38,13 @@ type tripListRequest struct {
 
 func parseTripListRequest(q url.Values) (tripListRequest, error) {
 	lr := tripListRequest{Order: Newest, Limit: DefaultTripPage, Cursor: q.Get("cursor")}
+	for k := range q {
+		if !slices.Contains(filterKeys, k) && !slices.Contains(listKeys, k) {
+			return lr, fmt.Errorf("%s: not a parameter of the trip list (those are %s)", k, strings.Join(append(slices.Clone(filterKeys), listKeys...), ", "))
+		}
+	}
 	var err error
-	if lr.Filter, err = ParseTripFilter(q); err != nil {
+	if lr.Filter, err = parseFilterValues(q); err != nil {
 		return lr, err
 	}
 	switch o := q.Get("order"); o {

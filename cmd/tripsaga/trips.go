@@ -50,8 +50,8 @@ func (f *tripFilterFlags) values() url.Values {
 			q.Set(k, v)
 		}
 	}
-	if f.minAttempts > 0 {
-		q.Set("min_attempts", strconv.Itoa(f.minAttempts))
+	if f.minAttempts != 0 {
+		q.Set("min_attempts", strconv.Itoa(f.minAttempts)) // a negative one is the reconciler's to refuse
 	}
 	return q
 }
@@ -240,9 +240,11 @@ func followBulk(cmd *cobra.Command, c *actionClient, b reconciler.BulkAction) er
 	bar := progressbar.NewOptions(b.Trips, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(b.ID),
 		progressbar.OptionShowCount(), progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }))
 	for {
-		if err := c.do(cmd.Context(), http.MethodGet, "/api/bulk-actions/"+b.ID, nil, nil, &b); err != nil {
+		var now reconciler.BulkAction // fresh each time: the answer leaves zero counts out
+		if err := c.do(cmd.Context(), http.MethodGet, "/api/bulk-actions/"+b.ID, nil, nil, &now); err != nil {
 			return fmt.Errorf("bulk action %s: %w", b.ID, err)
 		}
+		b = now
 		_ = bar.Set(b.Counts[reconciler.BulkTripDone] + b.Counts[reconciler.BulkTripFailed] + b.Counts[reconciler.BulkTripSkipped])
 		if b.Ended() {
 			break
