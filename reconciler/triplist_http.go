@@ -3,11 +3,11 @@ package reconciler
 import (
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/tripsaga/tripsaga/process"
 )
