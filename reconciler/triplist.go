@@ -150,13 +150,17 @@ func (f TripFilter) Query() url.Values {
 // Empty reports whether f selects every trip.
 func (f TripFilter) Empty() bool { return f == TripFilter{} }
 
-// String is f as the list's query string ("status=canceling&step=payment"),
-// "every trip" when empty.
+// String is f as the list's query string, unescaped, for people
+// ("status=canceling&step=payment"), "every trip" when empty.
 func (f TripFilter) String() string {
 	if f.Empty() {
 		return "every trip"
 	}
-	return f.Query().Encode()
+	enc := f.Query().Encode()
+	if s, err := url.QueryUnescape(enc); err == nil {
+		return s // for people: "error=refund window"
+	}
+	return enc
 }
 
 // ParseTripFilter reads a [TripFilter] from a query string's values, all
