@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -112,6 +113,16 @@ func (o *Operator) serveBulkCancel(w http.ResponseWriter, req *http.Request) {
 
 func (o *Operator) serveBulkPage(w http.ResponseWriter, req *http.Request) {
 	b, err := o.Bulk(req.Context(), req.PathValue("id"), bulkItems)
+	var ae *ActionError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		// A page, for a person who followed a stale link.
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusNotFound)
+		if err := o.r.pages.ExecuteTemplate(w, "nobulk", ae.Detail); err != nil {
+			o.log.Warn("reconciler: bulk page render", "err", err)
+		}
+		return
+	}
 	if err != nil {
 		o.writeActionError(w, req, "bulk action", err)
 		return
@@ -243,6 +254,9 @@ function bulkCancel(){
     .then(function(r){return r.text().then(function(x){out.textContent=r.status+' '+x; if(r.ok){location.reload()}})});
 }
 </script></body></html>{{end}}
+
+{{define "nobulk"}}{{template "head" "no such bulk action"}}
+<h1>No such bulk action</h1><p id="no-bulk">{{.}}. The <a href="/bulk">bulk actions</a> page lists them all.</p></body></html>{{end}}
 
 {{define "bulks"}}{{template "head" "bulk actions"}}
 <h1>Bulk actions</h1>

@@ -237,6 +237,12 @@ func TestTripListAndBulkActions(t *testing.T) {
 		"outcome": "maybe", "filter": map[string]any{}}, &fieldProblem))
 	require.Equal(t, "outcome", fieldProblem.Errors[0].Field)
 	require.Equal(t, http.StatusNotFound, c.do(http.MethodGet, "/api/bulk-actions/B-NOPE", "", nil, nil))
+	nb, err := http.Get(hs.URL + "/bulk/B-NOPE")
+	require.NoError(t, err)
+	nbPage, _ := io.ReadAll(nb.Body)
+	nb.Body.Close()
+	require.Equal(t, http.StatusNotFound, nb.StatusCode)
+	require.Contains(t, string(nbPage), `<p id="no-bulk">no bulk action &#34;B-NOPE&#34;`)
 
 	// The dry run counts and samples; it records nothing.
 	req := map[string]any{"action": "retry_undo", "filter": map[string]any{"state": "compensating", "company": "payment"},
