@@ -23,6 +23,7 @@ type fakeService struct {
 	steps     map[string][]saga.StepView
 	incidents []saga.Incident
 	effects   map[string]saga.OperatorEntry // by trip
+	paused    map[string]bool               // by trip, for GET /steps?open=1
 }
 
 func (f *fakeService) handler() http.Handler {

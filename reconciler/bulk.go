@@ -211,7 +211,7 @@ func (o *Operator) selectBulk(ctx context.Context, br BulkRequest) ([]BulkTrip, 
 		var err error
 		rows, err = queries.TripListSelect(ctx, tx, dbsqlc.TripListSelectParams{Status: p.Status, Version: p.Version, FromAt: p.FromAt,
 			ToAt: p.ToAt, MinAgeMs: p.MinAgeMs, Step: p.Step, State: p.State, Company: p.Company, MinAttempts: p.MinAttempts,
-			Error: p.Error, Finding: p.Finding, Max: MaxBulkTrips + 1})
+			Error: p.Error, Paused: p.Paused, Finding: p.Finding, Max: MaxBulkTrips + 1})
 		return err
 	})
 	if err != nil {

@@ -33,7 +33,7 @@ func (f *fakeService) openStepsHandler(next http.Handler) http.Handler {
 			for _, s := range rows {
 				if slices.Contains(openStates, s.Status) {
 					items = append(items, saga.OpenStep{TripID: trip, Step: s.Step, Status: s.Status, Attempts: s.Attempts,
-						UndoAttempts: s.UndoAttempts, LastError: s.LastError, Since: s.CreatedAt})
+						UndoAttempts: s.UndoAttempts, LastError: s.LastError, Since: s.CreatedAt, Paused: f.paused[trip]})
 				}
 			}
 		}
@@ -120,7 +120,7 @@ func carryOut(t *testing.T, op *Operator, pay *fakeService, id string, effect fu
 func TestTripListAndBulkActions(t *testing.T) {
 	t.Parallel()
 	now := time.Now().UTC()
-	pay := &fakeService{steps: map[string][]saga.StepView{}, effects: map[string]saga.OperatorEntry{}}
+	pay := &fakeService{steps: map[string][]saga.StepView{}, effects: map[string]saga.OperatorEntry{}, paused: map[string]bool{"T-REFUND-5": true}}
 	var stuck []string
 	for i := range 6 {
 		trip := fmt.Sprintf("T-REFUND-%d", i)
@@ -174,6 +174,8 @@ func TestTripListAndBulkActions(t *testing.T) {
 		{TripFilter{Error: "SERVICE UNAVAILABLE"}, stuck},
 		{TripFilter{Error: "timeout"}, []string{"T-HOLDING"}},
 		{TripFilter{Company: "hotel"}, []string{"T-HOLDING"}},
+		{TripFilter{Paused: "true"}, []string{"T-REFUND-5"}},
+		{TripFilter{Paused: "false", Company: "payment", MinAttempts: 7}, []string{"T-REFUND-4"}},
 		{TripFilter{Status: "confirmed"}, []string{"T-PAID"}},
 		{TripFilter{MinAge: 90 * time.Minute}, []string{"T-PAID"}},
 		{TripFilter{Finding: FindingStuck}, []string{"T-PAID"}}, // not settled for 2 h

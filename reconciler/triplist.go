@@ -59,6 +59,9 @@ type TripFilter struct {
 	MinAttempts int
 	// Error is a substring of the open step's last error, any case.
 	Error string
+	// Paused is "true" (an operator paused the trip's calls at the open
+	// step's service) or "false".
+	Paused string
 	// Finding is an open finding's kind (half, orphan, stuck, open_undo,
 	// unattributed).
 	Finding string
@@ -133,6 +136,7 @@ func (f TripFilter) Query() url.Values {
 		q.Set("min_attempts", strconv.Itoa(f.MinAttempts))
 	}
 	set("error", f.Error)
+	set("paused", f.Paused)
 	set("finding", f.Finding)
 	set("version", f.Version)
 	if f.MinAge > 0 {
@@ -177,7 +181,7 @@ func ParseTripFilter(q url.Values) (TripFilter, error) {
 }
 
 // filterKeys are the trip list's filters, as query parameters.
-var filterKeys = []string{"status", "step", "state", "company", "min_attempts", "error", "finding", "version", "min_age", "from", "to"} //nolint:gochecknoglobals // read-only
+var filterKeys = []string{"status", "step", "state", "company", "min_attempts", "error", "paused", "finding", "version", "min_age", "from", "to"} //nolint:gochecknoglobals // read-only
 
 // listKeys are the trip list's other query parameters.
 var listKeys = []string{"order", "limit", "cursor", "count"} //nolint:gochecknoglobals // read-only
@@ -200,7 +204,7 @@ func parseFilterValues(q url.Values) (TripFilter, error) {
 	for _, p := range []struct {
 		k string
 		v *string
-	}{{"status", &f.Status}, {"step", &f.Step}, {"state", &f.State}, {"company", &f.Company}, {"error", &f.Error}, {"finding", &f.Finding}, {"version", &f.Version}} {
+	}{{"status", &f.Status}, {"step", &f.Step}, {"state", &f.State}, {"company", &f.Company}, {"error", &f.Error}, {"paused", &f.Paused}, {"finding", &f.Finding}, {"version", &f.Version}} {
 		if *p.v, err = text(p.k); err != nil {
 			return f, err
 		}
@@ -210,6 +214,9 @@ func parseFilterValues(q url.Values) (TripFilter, error) {
 	}
 	if f.State != "" && !slices.Contains(openStates, f.State) {
 		return f, fmt.Errorf("state: one of %s (an open step's state)", strings.Join(openStates, ", "))
+	}
+	if f.Paused != "" && f.Paused != "true" && f.Paused != "false" {
+		return f, errors.New("paused: true or false")
 	}
 	if f.Finding != "" && !slices.Contains(FindingKinds, f.Finding) {
 		return f, fmt.Errorf("finding: one of %s", strings.Join(FindingKinds, ", "))
@@ -272,6 +279,7 @@ type OpenStep struct {
 	Attempts  int       `json:"attempts"`
 	LastError string    `json:"last_error,omitempty"`
 	Since     time.Time `json:"since"`
+	Paused    bool      `json:"paused,omitempty"`
 }
 
 // TripPage is one page of the trip list. Next is the cursor of the page
@@ -339,6 +347,9 @@ func (f TripFilter) listParams() dbsqlc.TripListOldestParams {
 	if f.MinAttempts > 0 {
 		n := int32(min(f.MinAttempts, 1<<30))
 		p.MinAttempts = &n
+	}
+	if f.Paused != "" {
+		p.Paused = pgtype.Bool{Bool: f.Paused == "true", Valid: true}
 	}
 	return p
 }
@@ -412,6 +423,7 @@ func (r *Reconciler) ListTrips(ctx context.Context, f TripFilter, order TripOrde
 		if row.OpenStep != nil {
 			it.OpenStep = &OpenStep{Company: deref(row.OpenService), Step: *row.OpenStep, State: deref(row.OpenState),
 				LastError: deref(row.OpenError)}
+			it.OpenStep.Paused = row.OpenPaused.Bool
 			if row.OpenAttempts != nil {
 				it.OpenStep.Attempts = int(*row.OpenAttempts)
 			}
@@ -427,7 +439,7 @@ func (r *Reconciler) ListTrips(ctx context.Context, f TripFilter, order TripOrde
 func (f TripFilter) countParams() dbsqlc.TripListCountParams {
 	p := f.listParams()
 	return dbsqlc.TripListCountParams{Status: p.Status, Version: p.Version, FromAt: p.FromAt, ToAt: p.ToAt, MinAgeMs: p.MinAgeMs,
-		Step: p.Step, State: p.State, Company: p.Company, MinAttempts: p.MinAttempts, Error: p.Error, Finding: p.Finding}
+		Step: p.Step, State: p.State, Company: p.Company, MinAttempts: p.MinAttempts, Error: p.Error, Paused: p.Paused, Finding: p.Finding}
 }
 
 // CountTrips returns how many trips f matches.
@@ -523,6 +535,7 @@ func (r *Reconciler) refreshOpenSteps(ctx context.Context, tx pgx.Tx) (int, []st
 		p.Attempts = append(p.Attempts, int32(min(b.attempts(), 1<<30)))
 		p.LastErrors = append(p.LastErrors, b.LastError)
 		p.Sinces = append(p.Sinces, b.Since)
+		p.Pauseds = append(p.Pauseds, b.Paused)
 	}
 	if _, err := queries.OpenStepDeleteOthers(ctx, tx, dbsqlc.OpenStepDeleteOthersParams{Services: answered, Keep: p.TripIds}); err != nil {
 		return 0, unread, fmt.Errorf("open steps: %w", err)

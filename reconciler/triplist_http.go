@@ -18,7 +18,7 @@ import (
 //	GET /trips       HTML: the same, with the filter form and the bulk actions
 //
 // Both take the [TripFilter] fields as query parameters (status, step,
-// state, company, min_attempts, error, finding, version, min_age, from,
+// state, company, min_attempts, error, paused, finding, version, min_age, from,
 // to), and order (oldest, newest: by the first event; default newest),
 // limit (1 to [MaxTripPage], default [DefaultTripPage]), cursor (a page's
 // next_cursor) and, for the JSON, count=1 to get the filter's count. A
@@ -141,6 +141,7 @@ state <select name="state" id="f-state"><option value="">any</option>{{range .St
 company <select name="company" id="f-company"><option value="">any</option>{{range actors}}<option{{if eq . $.Filter.Company}} selected{{end}}>{{.}}</option>{{end}}</select>
 attempts ≥ <input name="min_attempts" id="f-attempts" size="3" value="{{if .Filter.MinAttempts}}{{.Filter.MinAttempts}}{{end}}">
 last error has <input name="error" id="f-error" size="14" value="{{.Filter.Error}}">
+paused <select name="paused" id="f-paused"><option value="">either</option><option{{if eq .Filter.Paused "true"}} selected{{end}}>true</option><option{{if eq .Filter.Paused "false"}} selected{{end}}>false</option></select>
 finding <select name="finding" id="f-finding"><option value="">any</option>{{range .Kinds}}<option{{if eq . $.Filter.Finding}} selected{{end}}>{{.}}</option>{{end}}</select>
 version <input name="version" id="f-version" size="14" value="{{.Filter.Version}}" placeholder="hotel,payment,car">
 older than <input name="min_age" id="f-age" size="5" value="{{if .Filter.MinAge}}{{.Filter.MinAge}}{{end}}" placeholder="10m">
@@ -153,7 +154,7 @@ order <select name="order" id="f-order"><option{{if eq .Order "newest"}} selecte
 ` + bulkForm + `
 <table id="trips"><tr><th>trip</th><th>status</th><th>age</th><th>open step</th><th>state</th><th>attempts</th><th>last error</th><th>findings</th><th>version</th></tr>
 {{range .Page.Items}}<tr class="trip" data-trip="{{.TripID}}"><td><a href="/trips/{{.TripID}}">{{.TripID}}</a></td><td class="{{.Status}}">{{.Status}}</td><td>{{ms (msd .AgeMs)}}</td>
-{{with .OpenStep}}<td>{{.Company}}: {{.Step}}</td><td>{{.State}}</td><td>{{.Attempts}}</td><td>{{visible .LastError}}</td>{{else}}<td colspan="4">none unfinished</td>{{end}}
+{{with .OpenStep}}<td>{{.Company}}: {{.Step}}</td><td>{{.State}}{{if .Paused}} <b class="paused">paused</b>{{end}}</td><td>{{.Attempts}}</td><td>{{visible .LastError}}</td>{{else}}<td colspan="4">none unfinished</td>{{end}}
 <td>{{range .Findings}}<span class="{{.}}">{{.}}</span> {{end}}</td><td><code>{{.Version}}</code></td></tr>
 {{else}}<tr><td colspan="9">No trip matches.</td></tr>{{end}}</table>
 {{with .NextURL}}<p><a id="next" href="{{.}}">next page</a></p>{{end}}{{end}}

@@ -20,6 +20,9 @@ type OpenStep struct {
 	UndoAttempts int       `json:"undo_attempts"`
 	LastError    string    `json:"last_error,omitempty"`
 	Since        time.Time `json:"since"`
+	// Paused: an operator paused the trip's company calls at this
+	// service (events.ActionPause); its runner claims none of its rows.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // MaxOpenStepsPage bounds one page of [OpenSteps].
@@ -38,7 +41,7 @@ func OpenSteps(ctx context.Context, db dbsqlc.DBTX, afterTrip, afterStep string,
 	out := make([]OpenStep, 0, len(rows))
 	for _, r := range rows {
 		out = append(out, OpenStep{TripID: r.TripID, Step: r.Step, Status: r.Status, Attempts: int(r.Attempts),
-			UndoAttempts: int(r.UndoAttempts), LastError: r.LastError, Since: r.StatusSince.UTC()})
+			UndoAttempts: int(r.UndoAttempts), LastError: r.LastError, Since: r.StatusSince.UTC(), Paused: r.Paused})
 	}
 	return out, nil
 }

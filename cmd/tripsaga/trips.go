@@ -22,7 +22,7 @@ import (
 // tripFilterFlags are the trip list's filters as flags, the same names
 // and values as GET /api/trips' query parameters.
 type tripFilterFlags struct {
-	status, step, state, company, errorSub, finding, version, minAge, from, to string
+	status, step, state, company, errorSub, paused, finding, version, minAge, from, to string
 	minAttempts                                                                int
 }
 
@@ -34,6 +34,7 @@ func (f *tripFilterFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.company, "company", "", "the service whose company that step calls: hotel, payment, car, ...")
 	fl.IntVar(&f.minAttempts, "min-attempts", 0, "that step has made at least this many calls (its undo's while compensating)")
 	fl.StringVar(&f.errorSub, "error", "", "a part of that step's last error (any case)")
+	fl.StringVar(&f.paused, "paused", "", "true: an operator paused the trip's calls at that step's service (false: not paused)")
 	fl.StringVar(&f.finding, "finding", "", "an open finding of the trip: half, orphan, stuck, open_undo, unattributed")
 	fl.StringVar(&f.version, "version", "", `the trip's version (its saga order, "hotel,payment,car"; "default" for trips of before versions)`)
 	fl.StringVar(&f.minAge, "min-age", "", "the trip's first event is at least this old, e.g. 10m")
@@ -44,7 +45,7 @@ func (f *tripFilterFlags) add(cmd *cobra.Command) {
 // values returns the filters set, as query parameters.
 func (f *tripFilterFlags) values() url.Values {
 	q := url.Values{}
-	for k, v := range map[string]string{"status": f.status, "step": f.step, "state": f.state, "company": f.company, "error": f.errorSub,
+	for k, v := range map[string]string{"status": f.status, "step": f.step, "state": f.state, "company": f.company, "error": f.errorSub, "paused": f.paused,
 		"finding": f.finding, "version": f.version, "min_age": f.minAge, "from": f.from, "to": f.to} {
 		if v != "" {
 			q.Set(k, v)

@@ -377,6 +377,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	// (no retry hammers the card processor meanwhile, and the set stays
 	// still).
 	paused := bulkRun("pause", "20", "0", "the card processor's refunds are down", "", "7-bulk-pause-done")
+	until(list+"&paused=true", fmt.Sprintf(`document.querySelector("#match-count").textContent.trim() === "%d"`, outage),
+		"the 40 trips listed as paused (the services' step logs, read by the next sweep)")
 
 	// 8. The outage ends; a bulk retry (10 a second, a canary of 5) makes
 	// every refund due now and lifts the pause; its page follows it to

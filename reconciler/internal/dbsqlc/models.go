@@ -97,6 +97,7 @@ type OpenStep struct {
 	Attempts  int32
 	LastError string
 	Since     time.Time
+	Paused    bool
 	ReadAt    time.Time
 }
 

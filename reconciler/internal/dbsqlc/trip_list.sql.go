@@ -44,14 +44,15 @@ func (q *Queries) OpenStepDeleteOthers(ctx context.Context, db DBTX, arg OpenSte
 }
 
 const openStepUpsertMany = `-- name: OpenStepUpsertMany :exec
-INSERT INTO open_steps AS o (trip_id, service, step, state, attempts, last_error, since, read_at)
-SELECT u.trip_id, u.service, u.step, u.state, u.attempts, u.last_error, u.since, $1::timestamptz
+INSERT INTO open_steps AS o (trip_id, service, step, state, attempts, last_error, since, paused, read_at)
+SELECT u.trip_id, u.service, u.step, u.state, u.attempts, u.last_error, u.since, u.paused, $1::timestamptz
 FROM (SELECT unnest($2::text[]) AS trip_id, unnest($3::text[]) AS service, unnest($4::text[]) AS step,
              unnest($5::text[]) AS state, unnest($6::int[]) AS attempts,
-             unnest($7::text[]) AS last_error, unnest($8::timestamptz[]) AS since) AS u
+             unnest($7::text[]) AS last_error, unnest($8::timestamptz[]) AS since,
+             unnest($9::boolean[]) AS paused) AS u
 ON CONFLICT (trip_id) DO UPDATE
 SET service = EXCLUDED.service, step = EXCLUDED.step, state = EXCLUDED.state, attempts = EXCLUDED.attempts,
-    last_error = EXCLUDED.last_error, since = EXCLUDED.since, read_at = EXCLUDED.read_at
+    last_error = EXCLUDED.last_error, since = EXCLUDED.since, paused = EXCLUDED.paused, read_at = EXCLUDED.read_at
 `
 
 type OpenStepUpsertManyParams struct {
@@ -63,6 +64,7 @@ type OpenStepUpsertManyParams struct {
 	Attempts   []int32
 	LastErrors []string
 	Sinces     []time.Time
+	Pauseds    []bool
 }
 
 // The open step of each trip, as the last read of the services found it.
@@ -76,6 +78,7 @@ func (q *Queries) OpenStepUpsertMany(ctx context.Context, db DBTX, arg OpenStepU
 		arg.Attempts,
 		arg.LastErrors,
 		arg.Sinces,
+		arg.Pauseds,
 	)
 	return err
 }
@@ -101,9 +104,10 @@ WHERE ($1::text IS NULL OR v.status = $1::text)
   AND ($7::text IS NULL OR o.state = $7::text)
   AND ($8::text IS NULL OR o.service = $8::text)
   AND ($9::int IS NULL OR o.attempts >= $9::int)
-  AND ($10::text IS NULL OR strpos(lower(o.last_error), lower($10::text)) > 0)
-  AND ($11::text IS NULL OR v.trip_id = ANY(ARRAY(
-        SELECT f.trip_id FROM findings f WHERE f.kind = $11::text
+  AND ($10::boolean IS NULL OR o.paused = $10::boolean)
+  AND ($11::text IS NULL OR strpos(lower(o.last_error), lower($11::text)) > 0)
+  AND ($12::text IS NULL OR v.trip_id = ANY(ARRAY(
+        SELECT f.trip_id FROM findings f WHERE f.kind = $12::text
           AND f.resolved_at IS NULL AND f.dismissed_at IS NULL)))
 `
 
@@ -117,6 +121,7 @@ type TripListCountParams struct {
 	State       *string
 	Company     *string
 	MinAttempts *int32
+	Paused      pgtype.Bool
 	Error       *string
 	Finding     *string
 }
@@ -132,6 +137,7 @@ func (q *Queries) TripListCount(ctx context.Context, db DBTX, arg TripListCountP
 		arg.State,
 		arg.Company,
 		arg.MinAttempts,
+		arg.Paused,
 		arg.Error,
 		arg.Finding,
 	)
@@ -143,7 +149,7 @@ func (q *Queries) TripListCount(ctx context.Context, db DBTX, arg TripListCountP
 const tripListNewest = `-- name: TripListNewest :many
 SELECT v.trip_id, v.status, v.settled, v.version, v.first_event_at, v.last_event_at, v.events, v.seen,
        o.service AS open_service, o.step AS open_step, o.state AS open_state, o.attempts AS open_attempts,
-       o.last_error AS open_error, o.since AS open_since,
+       o.last_error AS open_error, o.since AS open_since, o.paused AS open_paused,
        COALESCE((SELECT string_agg(f.kind, ',' ORDER BY f.kind) FROM findings f
                  WHERE f.trip_id = v.trip_id AND f.resolved_at IS NULL AND f.dismissed_at IS NULL), '')::text AS findings
 FROM trip_view v LEFT JOIN open_steps o ON o.trip_id = v.trip_id
@@ -156,14 +162,15 @@ WHERE ($1::text IS NULL OR v.status = $1::text)
   AND ($7::text IS NULL OR o.state = $7::text)
   AND ($8::text IS NULL OR o.service = $8::text)
   AND ($9::int IS NULL OR o.attempts >= $9::int)
-  AND ($10::text IS NULL OR strpos(lower(o.last_error), lower($10::text)) > 0)
-  AND ($11::text IS NULL OR v.trip_id = ANY(ARRAY(
-        SELECT f.trip_id FROM findings f WHERE f.kind = $11::text
+  AND ($10::boolean IS NULL OR o.paused = $10::boolean)
+  AND ($11::text IS NULL OR strpos(lower(o.last_error), lower($11::text)) > 0)
+  AND ($12::text IS NULL OR v.trip_id = ANY(ARRAY(
+        SELECT f.trip_id FROM findings f WHERE f.kind = $12::text
           AND f.resolved_at IS NULL AND f.dismissed_at IS NULL)))
-  AND ($12::timestamptz IS NULL
-       OR (v.first_event_at, v.trip_id) < ($12::timestamptz, $13::text))
+  AND ($13::timestamptz IS NULL
+       OR (v.first_event_at, v.trip_id) < ($13::timestamptz, $14::text))
 ORDER BY v.first_event_at DESC, v.trip_id DESC
-LIMIT $14
+LIMIT $15
 `
 
 type TripListNewestParams struct {
@@ -176,6 +183,7 @@ type TripListNewestParams struct {
 	State       *string
 	Company     *string
 	MinAttempts *int32
+	Paused      pgtype.Bool
 	Error       *string
 	Finding     *string
 	AfterAt     *time.Time
@@ -198,6 +206,7 @@ type TripListNewestRow struct {
 	OpenAttempts *int32
 	OpenError    *string
 	OpenSince    *time.Time
+	OpenPaused   pgtype.Bool
 	Findings     string
 }
 
@@ -212,6 +221,7 @@ func (q *Queries) TripListNewest(ctx context.Context, db DBTX, arg TripListNewes
 		arg.State,
 		arg.Company,
 		arg.MinAttempts,
+		arg.Paused,
 		arg.Error,
 		arg.Finding,
 		arg.AfterAt,
@@ -240,6 +250,7 @@ func (q *Queries) TripListNewest(ctx context.Context, db DBTX, arg TripListNewes
 			&i.OpenAttempts,
 			&i.OpenError,
 			&i.OpenSince,
+			&i.OpenPaused,
 			&i.Findings,
 		); err != nil {
 			return nil, err
@@ -256,7 +267,7 @@ const tripListOldest = `-- name: TripListOldest :many
 
 SELECT v.trip_id, v.status, v.settled, v.version, v.first_event_at, v.last_event_at, v.events, v.seen,
        o.service AS open_service, o.step AS open_step, o.state AS open_state, o.attempts AS open_attempts,
-       o.last_error AS open_error, o.since AS open_since,
+       o.last_error AS open_error, o.since AS open_since, o.paused AS open_paused,
        COALESCE((SELECT string_agg(f.kind, ',' ORDER BY f.kind) FROM findings f
                  WHERE f.trip_id = v.trip_id AND f.resolved_at IS NULL AND f.dismissed_at IS NULL), '')::text AS findings
 FROM trip_view v LEFT JOIN open_steps o ON o.trip_id = v.trip_id
@@ -269,14 +280,15 @@ WHERE ($1::text IS NULL OR v.status = $1::text)
   AND ($7::text IS NULL OR o.state = $7::text)
   AND ($8::text IS NULL OR o.service = $8::text)
   AND ($9::int IS NULL OR o.attempts >= $9::int)
-  AND ($10::text IS NULL OR strpos(lower(o.last_error), lower($10::text)) > 0)
-  AND ($11::text IS NULL OR v.trip_id = ANY(ARRAY(
-        SELECT f.trip_id FROM findings f WHERE f.kind = $11::text
+  AND ($10::boolean IS NULL OR o.paused = $10::boolean)
+  AND ($11::text IS NULL OR strpos(lower(o.last_error), lower($11::text)) > 0)
+  AND ($12::text IS NULL OR v.trip_id = ANY(ARRAY(
+        SELECT f.trip_id FROM findings f WHERE f.kind = $12::text
           AND f.resolved_at IS NULL AND f.dismissed_at IS NULL)))
-  AND ($12::timestamptz IS NULL
-       OR (v.first_event_at, v.trip_id) > ($12::timestamptz, $13::text))
+  AND ($13::timestamptz IS NULL
+       OR (v.first_event_at, v.trip_id) > ($13::timestamptz, $14::text))
 ORDER BY v.first_event_at, v.trip_id
-LIMIT $14
+LIMIT $15
 `
 
 type TripListOldestParams struct {
@@ -289,6 +301,7 @@ type TripListOldestParams struct {
 	State       *string
 	Company     *string
 	MinAttempts *int32
+	Paused      pgtype.Bool
 	Error       *string
 	Finding     *string
 	AfterAt     *time.Time
@@ -311,6 +324,7 @@ type TripListOldestRow struct {
 	OpenAttempts *int32
 	OpenError    *string
 	OpenSince    *time.Time
+	OpenPaused   pgtype.Bool
 	Findings     string
 }
 
@@ -335,6 +349,7 @@ func (q *Queries) TripListOldest(ctx context.Context, db DBTX, arg TripListOldes
 		arg.State,
 		arg.Company,
 		arg.MinAttempts,
+		arg.Paused,
 		arg.Error,
 		arg.Finding,
 		arg.AfterAt,
@@ -363,6 +378,7 @@ func (q *Queries) TripListOldest(ctx context.Context, db DBTX, arg TripListOldes
 			&i.OpenAttempts,
 			&i.OpenError,
 			&i.OpenSince,
+			&i.OpenPaused,
 			&i.Findings,
 		); err != nil {
 			return nil, err
@@ -387,12 +403,13 @@ WHERE ($1::text IS NULL OR v.status = $1::text)
   AND ($7::text IS NULL OR o.state = $7::text)
   AND ($8::text IS NULL OR o.service = $8::text)
   AND ($9::int IS NULL OR o.attempts >= $9::int)
-  AND ($10::text IS NULL OR strpos(lower(o.last_error), lower($10::text)) > 0)
-  AND ($11::text IS NULL OR v.trip_id = ANY(ARRAY(
-        SELECT f.trip_id FROM findings f WHERE f.kind = $11::text
+  AND ($10::boolean IS NULL OR o.paused = $10::boolean)
+  AND ($11::text IS NULL OR strpos(lower(o.last_error), lower($11::text)) > 0)
+  AND ($12::text IS NULL OR v.trip_id = ANY(ARRAY(
+        SELECT f.trip_id FROM findings f WHERE f.kind = $12::text
           AND f.resolved_at IS NULL AND f.dismissed_at IS NULL)))
 ORDER BY v.first_event_at, v.trip_id
-LIMIT $12
+LIMIT $13
 `
 
 type TripListSelectParams struct {
@@ -405,6 +422,7 @@ type TripListSelectParams struct {
 	State       *string
 	Company     *string
 	MinAttempts *int32
+	Paused      pgtype.Bool
 	Error       *string
 	Finding     *string
 	Max         int32
@@ -429,6 +447,7 @@ func (q *Queries) TripListSelect(ctx context.Context, db DBTX, arg TripListSelec
 		arg.State,
 		arg.Company,
 		arg.MinAttempts,
+		arg.Paused,
 		arg.Error,
 		arg.Finding,
 		arg.Max,

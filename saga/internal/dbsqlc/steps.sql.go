@@ -493,7 +493,8 @@ func (q *Queries) StepListByTrip(ctx context.Context, db DBTX, tripID string) ([
 }
 
 const stepListOpen = `-- name: StepListOpen :many
-SELECT trip_id, step, status, attempts, undo_attempts, COALESCE(last_error, '')::text AS last_error, status_since
+SELECT trip_id, step, status, attempts, undo_attempts, COALESCE(last_error, '')::text AS last_error, status_since,
+       EXISTS (SELECT 1 FROM trip_pauses p WHERE p.trip_id = steps.trip_id) AS paused
 FROM steps
 WHERE status IN ('pending', 'started', 'unknown', 'compensating')
   AND (trip_id, step) > ($1::text, $2::text)
@@ -515,6 +516,7 @@ type StepListOpenRow struct {
 	UndoAttempts int32
 	LastError    string
 	StatusSince  time.Time
+	Paused       bool
 }
 
 // The rows whose log says they are unfinished (the steps_due partial
@@ -537,6 +539,7 @@ func (q *Queries) StepListOpen(ctx context.Context, db DBTX, arg StepListOpenPar
 			&i.UndoAttempts,
 			&i.LastError,
 			&i.StatusSince,
+			&i.Paused,
 		); err != nil {
 			return nil, err
 		}

@@ -18,6 +18,7 @@ CREATE TABLE open_steps (
     attempts   integer     NOT NULL,
     last_error text        NOT NULL DEFAULT '',
     since      timestamptz NOT NULL,
+    paused     boolean     NOT NULL DEFAULT false, -- an operator paused the trip's calls at that service
     read_at    timestamptz NOT NULL
 );
 CREATE INDEX open_steps_step ON open_steps (step, state);

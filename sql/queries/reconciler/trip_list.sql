@@ -12,7 +12,7 @@
 -- name: TripListOldest :many
 SELECT v.trip_id, v.status, v.settled, v.version, v.first_event_at, v.last_event_at, v.events, v.seen,
        o.service AS open_service, o.step AS open_step, o.state AS open_state, o.attempts AS open_attempts,
-       o.last_error AS open_error, o.since AS open_since,
+       o.last_error AS open_error, o.since AS open_since, o.paused AS open_paused,
        COALESCE((SELECT string_agg(f.kind, ',' ORDER BY f.kind) FROM findings f
                  WHERE f.trip_id = v.trip_id AND f.resolved_at IS NULL AND f.dismissed_at IS NULL), '')::text AS findings
 FROM trip_view v LEFT JOIN open_steps o ON o.trip_id = v.trip_id
@@ -25,6 +25,7 @@ WHERE (sqlc.narg(status)::text IS NULL OR v.status = sqlc.narg(status)::text)
   AND (sqlc.narg(state)::text IS NULL OR o.state = sqlc.narg(state)::text)
   AND (sqlc.narg(company)::text IS NULL OR o.service = sqlc.narg(company)::text)
   AND (sqlc.narg(min_attempts)::int IS NULL OR o.attempts >= sqlc.narg(min_attempts)::int)
+  AND (sqlc.narg(paused)::boolean IS NULL OR o.paused = sqlc.narg(paused)::boolean)
   AND (sqlc.narg(error)::text IS NULL OR strpos(lower(o.last_error), lower(sqlc.narg(error)::text)) > 0)
   AND (sqlc.narg(finding)::text IS NULL OR v.trip_id = ANY(ARRAY(
         SELECT f.trip_id FROM findings f WHERE f.kind = sqlc.narg(finding)::text
@@ -37,7 +38,7 @@ LIMIT @max;
 -- name: TripListNewest :many
 SELECT v.trip_id, v.status, v.settled, v.version, v.first_event_at, v.last_event_at, v.events, v.seen,
        o.service AS open_service, o.step AS open_step, o.state AS open_state, o.attempts AS open_attempts,
-       o.last_error AS open_error, o.since AS open_since,
+       o.last_error AS open_error, o.since AS open_since, o.paused AS open_paused,
        COALESCE((SELECT string_agg(f.kind, ',' ORDER BY f.kind) FROM findings f
                  WHERE f.trip_id = v.trip_id AND f.resolved_at IS NULL AND f.dismissed_at IS NULL), '')::text AS findings
 FROM trip_view v LEFT JOIN open_steps o ON o.trip_id = v.trip_id
@@ -50,6 +51,7 @@ WHERE (sqlc.narg(status)::text IS NULL OR v.status = sqlc.narg(status)::text)
   AND (sqlc.narg(state)::text IS NULL OR o.state = sqlc.narg(state)::text)
   AND (sqlc.narg(company)::text IS NULL OR o.service = sqlc.narg(company)::text)
   AND (sqlc.narg(min_attempts)::int IS NULL OR o.attempts >= sqlc.narg(min_attempts)::int)
+  AND (sqlc.narg(paused)::boolean IS NULL OR o.paused = sqlc.narg(paused)::boolean)
   AND (sqlc.narg(error)::text IS NULL OR strpos(lower(o.last_error), lower(sqlc.narg(error)::text)) > 0)
   AND (sqlc.narg(finding)::text IS NULL OR v.trip_id = ANY(ARRAY(
         SELECT f.trip_id FROM findings f WHERE f.kind = sqlc.narg(finding)::text
@@ -70,6 +72,7 @@ WHERE (sqlc.narg(status)::text IS NULL OR v.status = sqlc.narg(status)::text)
   AND (sqlc.narg(state)::text IS NULL OR o.state = sqlc.narg(state)::text)
   AND (sqlc.narg(company)::text IS NULL OR o.service = sqlc.narg(company)::text)
   AND (sqlc.narg(min_attempts)::int IS NULL OR o.attempts >= sqlc.narg(min_attempts)::int)
+  AND (sqlc.narg(paused)::boolean IS NULL OR o.paused = sqlc.narg(paused)::boolean)
   AND (sqlc.narg(error)::text IS NULL OR strpos(lower(o.last_error), lower(sqlc.narg(error)::text)) > 0)
   AND (sqlc.narg(finding)::text IS NULL OR v.trip_id = ANY(ARRAY(
         SELECT f.trip_id FROM findings f WHERE f.kind = sqlc.narg(finding)::text
@@ -81,14 +84,15 @@ SET LOCAL plan_cache_mode = force_custom_plan;
 
 -- name: OpenStepUpsertMany :exec
 -- The open step of each trip, as the last read of the services found it.
-INSERT INTO open_steps AS o (trip_id, service, step, state, attempts, last_error, since, read_at)
-SELECT u.trip_id, u.service, u.step, u.state, u.attempts, u.last_error, u.since, @read_at::timestamptz
+INSERT INTO open_steps AS o (trip_id, service, step, state, attempts, last_error, since, paused, read_at)
+SELECT u.trip_id, u.service, u.step, u.state, u.attempts, u.last_error, u.since, u.paused, @read_at::timestamptz
 FROM (SELECT unnest(@trip_ids::text[]) AS trip_id, unnest(@services::text[]) AS service, unnest(@steps::text[]) AS step,
              unnest(@states::text[]) AS state, unnest(@attempts::int[]) AS attempts,
-             unnest(@last_errors::text[]) AS last_error, unnest(@sinces::timestamptz[]) AS since) AS u
+             unnest(@last_errors::text[]) AS last_error, unnest(@sinces::timestamptz[]) AS since,
+             unnest(@pauseds::boolean[]) AS paused) AS u
 ON CONFLICT (trip_id) DO UPDATE
 SET service = EXCLUDED.service, step = EXCLUDED.step, state = EXCLUDED.state, attempts = EXCLUDED.attempts,
-    last_error = EXCLUDED.last_error, since = EXCLUDED.since, read_at = EXCLUDED.read_at;
+    last_error = EXCLUDED.last_error, since = EXCLUDED.since, paused = EXCLUDED.paused, read_at = EXCLUDED.read_at;
 
 -- name: OpenStepDeleteOthers :execrows
 -- Ends the rows of the services that answered (services) whose trip they
@@ -114,6 +118,7 @@ WHERE (sqlc.narg(status)::text IS NULL OR v.status = sqlc.narg(status)::text)
   AND (sqlc.narg(state)::text IS NULL OR o.state = sqlc.narg(state)::text)
   AND (sqlc.narg(company)::text IS NULL OR o.service = sqlc.narg(company)::text)
   AND (sqlc.narg(min_attempts)::int IS NULL OR o.attempts >= sqlc.narg(min_attempts)::int)
+  AND (sqlc.narg(paused)::boolean IS NULL OR o.paused = sqlc.narg(paused)::boolean)
   AND (sqlc.narg(error)::text IS NULL OR strpos(lower(o.last_error), lower(sqlc.narg(error)::text)) > 0)
   AND (sqlc.narg(finding)::text IS NULL OR v.trip_id = ANY(ARRAY(
         SELECT f.trip_id FROM findings f WHERE f.kind = sqlc.narg(finding)::text

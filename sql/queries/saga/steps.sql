@@ -48,7 +48,8 @@ SELECT * FROM steps WHERE trip_id = @trip_id ORDER BY created_at;
 -- The rows whose log says they are unfinished (the steps_due partial
 -- index holds exactly these), after the cursor (trip_id, step), in that
 -- order: the reconciler's trip list reads them every sweep.
-SELECT trip_id, step, status, attempts, undo_attempts, COALESCE(last_error, '')::text AS last_error, status_since
+SELECT trip_id, step, status, attempts, undo_attempts, COALESCE(last_error, '')::text AS last_error, status_since,
+       EXISTS (SELECT 1 FROM trip_pauses p WHERE p.trip_id = steps.trip_id) AS paused
 FROM steps
 WHERE status IN ('pending', 'started', 'unknown', 'compensating')
   AND (trip_id, step) > (@after_trip::text, @after_step::text)
