@@ -23,7 +23,7 @@ import (
 // and values as GET /api/trips' query parameters.
 type tripFilterFlags struct {
 	status, step, state, company, errorSub, paused, finding, version, minAge, from, to string
-	minAttempts                                                                int
+	minAttempts                                                                        int
 }
 
 func (f *tripFilterFlags) add(cmd *cobra.Command) {
