@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -53,6 +54,31 @@ type VerifyOptions struct {
 	Logger *slog.Logger
 	// OnLost, when set, is called for each lost event put back in line.
 	OnLost func(Lost)
+	// Spread, when positive, paces the routine read-back (the ReadBack
+	// rows, not the gap check's suspects, which are read at once) over
+	// about this long, in chunks of verifyChunk rows: the k-th chunk of m
+	// is read no sooner than k × Spread ÷ m after the first. The relay
+	// spreads each pass over half its VerifyInterval, so that a pass is a
+	// few short bursts of STREAM.MSG.GET requests instead of one of up to
+	// VerifyBatch, which every relay of a host used to send in the same
+	// second (BENCHMARKS.md, "One trip, hop by hop"); row by row it would
+	// wake the relay and the server for every read. Zero reads them all at
+	// once, verifyWorkers at a time (`tripsaga outbox verify`).
+	Spread time.Duration
+}
+
+// verifyChunk is how many rows a paced read-back reads at once.
+const verifyChunk = 100
+
+// paceAt is when the i-th row of toRead may be read back: at once for the
+// first suspects rows (the gap check's) and with spread zero; otherwise
+// the routine rows' chunks of verifyChunk evenly over spread from start.
+func paceAt(start time.Time, i, suspects, n int, spread time.Duration) time.Time {
+	chunks := (n - suspects + verifyChunk - 1) / verifyChunk
+	if spread <= 0 || i < suspects || chunks <= 1 {
+		return start
+	}
+	return start.Add(spread * time.Duration((i-suspects)/verifyChunk) / time.Duration(chunks))
 }
 
 // Lost is a published event its stream no longer held, put back in line
@@ -253,7 +279,18 @@ func Verify(ctx context.Context, db dbsqlc.DBTX, js jetstream.JetStream, opts Ve
 			}
 		})
 	}
+	start := time.Now()
+	paced := true
 	for i := range toRead {
+		if at := paceAt(start, i, rep.Suspects, len(toRead), opts.Spread); paced && time.Until(at) > 0 {
+			t := time.NewTimer(time.Until(at))
+			select {
+			case <-ctx.Done():
+				paced = false // the rest at once: each read fails on ctx, unjudged
+			case <-t.C:
+			}
+			t.Stop()
+		}
 		next <- i
 	}
 	close(next)
@@ -308,18 +345,32 @@ const natsMsgID = jetstream.MsgIDHeader
 
 // verifyLoop runs a [Verify] pass every VerifyInterval until ctx ends,
 // over the rows still kept (Retention).
+//
+// The first pass comes after a random part of VerifyInterval, so the
+// relays of services started together do not all verify in the same
+// second, and each pass's read-back is spread over half the interval
+// (VerifyOptions.Spread).
 func (r *Relay) verifyLoop(ctx context.Context) {
+	first := time.NewTimer(rand.N(r.cfg.VerifyInterval) + time.Millisecond)
+	select {
+	case <-ctx.Done():
+		first.Stop()
+		return
+	case <-first.C:
+	}
 	t := time.NewTicker(r.cfg.VerifyInterval)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	for pass := 0; ; pass++ {
+		if pass > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
 		rep, err := Verify(ctx, r.cfg.Pool, r.cfg.JetStream, VerifyOptions{
 			Since: time.Now().Add(-r.cfg.Retention), ReadBack: r.cfg.VerifyBatch, Again: r.cfg.VerifyAgain,
-			Logger: r.cfg.Logger,
+			Logger: r.cfg.Logger, Spread: r.cfg.VerifyInterval / 2,
 			OnLost: func(l Lost) { r.m.lost.WithLabelValues(l.Stream).Inc() },
 		})
 		if err != nil && ctx.Err() == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func publishEventsN(t *testing.T, b *bundle, r *Relay, n int) []event.Event {
 	t.Helper()
 	var evs []event.Event
 	for i := range n {
-		evs = append(evs, newEvent(t, "T-"+string(rune('a'+i))))
+		evs = append(evs, newEvent(t, "T-"+strconv.Itoa(i)))
 	}
 	writeEvents(t, b, evs...)
 	drain(t, r)
@@ -124,6 +125,26 @@ func TestVerify(t *testing.T) {
 		require.Equal(t, ids(evs), streamIDs(t, b))
 	})
 
+	t.Run("APacedPassEndedByItsContextJudgesNothing", func(t *testing.T) {
+		t.Parallel()
+		b, r, _ := setupVerify(t)
+		publishEventsN(t, b, r, verifyChunk+1)
+		// Two chunks over an hour: the second is due 30 min after the
+		// first, long after the context ends.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		rep, err := Verify(ctx, b.pool, b.js, VerifyOptions{ReadBack: -1, Spread: time.Hour})
+		require.Error(t, err, "rows left unjudged are an error")
+		require.Empty(t, rep.Lost, "a read that could not be made calls nothing lost")
+		var verified, waiting int
+		require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT count(*) FILTER (WHERE verified_at IS NOT NULL), count(*) FILTER (WHERE published_at IS NULL) FROM outbox").Scan(&verified, &waiting))
+		require.Zero(t, verified, "nothing is marked verified by a pass that did not end")
+		require.Zero(t, waiting, "nothing is put back in line")
+		rep = verifyAll(t, b) // the next pass, unpaced, judges them all
+		require.Empty(t, rep.Lost)
+		require.Equal(t, verifyChunk+1, rep.ReadBack)
+	})
+
 	t.Run("ADeletedMessageIsPublishedAgainOnceTheDuplicateWindowHasPassed", func(t *testing.T) {
 		t.Parallel()
 		b, r, s := setupVerify(t)
@@ -135,7 +156,7 @@ func TestVerify(t *testing.T) {
 		// still remembers the id, answers "duplicate" with the sequence
 		// that no longer holds it, and stores nothing. So the verify
 		// waits the window out.
-		ack, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: "hotel.held.T-b", Data: []byte("{}")}, jetstream.WithMsgID(gone.ID()))
+		ack, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: "hotel.held.T-1", Data: []byte("{}")}, jetstream.WithMsgID(gone.ID()))
 		require.NoError(t, err)
 		require.True(t, ack.Duplicate, "a re-publish inside the window is taken for a duplicate")
 		require.Equal(t, uint64(2), ack.Sequence)
@@ -290,4 +311,29 @@ func storedIDs(t *testing.T, b *bundle) []string {
 		ids = append(ids, m.Header.Get("ce-id"))
 	}
 	return ids
+}
+
+// TestPaceAt: the gap check's suspects are read at once, the routine rows
+// in chunks of verifyChunk evenly over the spread, the first chunk at once.
+func TestPaceAt(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 12, 3, 16, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		i, suspects, n int
+		spread         time.Duration
+		want           time.Duration
+	}{
+		{i: 0, suspects: 0, n: 400, spread: 4 * time.Second, want: 0},
+		{i: 99, suspects: 0, n: 400, spread: 4 * time.Second, want: 0},
+		{i: 100, suspects: 0, n: 400, spread: 4 * time.Second, want: time.Second},
+		{i: 399, suspects: 0, n: 400, spread: 4 * time.Second, want: 3 * time.Second},
+		{i: 1, suspects: 2, n: 402, spread: 4 * time.Second, want: 0},                 // a suspect
+		{i: 2, suspects: 2, n: 402, spread: 4 * time.Second, want: 0},                 // the first routine row
+		{i: 401, suspects: 2, n: 402, spread: 4 * time.Second, want: 3 * time.Second}, // the last chunk of four
+		{i: 399, suspects: 0, n: 400, spread: 0, want: 0},                             // unpaced
+		{i: 99, suspects: 0, n: 100, spread: time.Hour, want: 0},                      // one chunk
+		{i: 100, suspects: 0, n: 101, spread: time.Hour, want: 30 * time.Minute},      // two chunks
+	} {
+		require.Equal(t, start.Add(c.want), paceAt(start, c.i, c.suspects, c.n, c.spread), "%+v", c)
+	}
 }
