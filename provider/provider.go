@@ -603,46 +603,72 @@ func (r Record) Status() string { return str(r, "status") }
 // List pages through GET /<Resource>?status=S (all statuses when status is
 // empty), oldest first, and returns every record.
 func (c *Client) List(ctx context.Context, status string) ([]Record, error) {
+	return c.ListPaced(ctx, status, nil)
+}
+
+// ListPaced is [Client.List] with between, when not nil, called after each
+// page but the last with how long that page took (request, transfer and
+// decoding); an error from it ends the list with that error. The
+// reconciler's sweep waits there, so that reading every record of a
+// company is a background trickle, not a burst that takes the host's
+// cores from the sagas (BENCHMARKS.md, "One trip, hop by hop").
+// Pages hold at most 1000 records (providers.md, "Lists for
+// reconciliation").
+func (c *Client) ListPaced(ctx context.Context, status string, between func(ctx context.Context, page time.Duration) error) ([]Record, error) {
 	var out []Record
 	after := ""
 	for {
-		q := url.Values{"limit": {strconv.Itoa(1000)}}
-		if status != "" {
-			q.Set("status", status)
-		}
-		if after != "" {
-			q.Set("after", after)
-		}
-		rctx, cancel := c.ctx(ctx)
-		req, err := http.NewRequestWithContext(rctx, http.MethodGet, c.BaseURL+"/"+c.Resource+"?"+q.Encode(), nil)
+		began := time.Now()
+		items, next, err := c.listPage(ctx, status, after)
 		if err != nil {
-			cancel()
 			return nil, err
 		}
-		resp, err := c.httpClient().Do(req)
-		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("provider: list %s: %w", c.Resource, err)
-		}
-		var page struct {
-			Items []Record `json:"items"`
-			Next  string   `json:"next"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&page)
-		resp.Body.Close()
-		cancel()
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("provider: list %s: %d", c.Resource, resp.StatusCode)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("provider: list %s: %w", c.Resource, err)
-		}
-		out = append(out, page.Items...)
-		if page.Next == "" {
+		out = append(out, items...)
+		if next == "" {
 			return out, nil
 		}
-		after = page.Next
+		after = next
+		if between != nil {
+			if err := between(ctx, time.Since(began)); err != nil {
+				return nil, fmt.Errorf("provider: list %s: %w", c.Resource, err)
+			}
+		}
 	}
+}
+
+// listPage reads one page of GET /<Resource>: its items and the cursor of
+// the next page ("" on the last).
+func (c *Client) listPage(ctx context.Context, status, after string) ([]Record, string, error) {
+	q := url.Values{"limit": {strconv.Itoa(1000)}}
+	if status != "" {
+		q.Set("status", status)
+	}
+	if after != "" {
+		q.Set("after", after)
+	}
+	rctx, cancel := c.ctx(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, c.BaseURL+"/"+c.Resource+"?"+q.Encode(), nil)
+	if err != nil {
+		return nil, "", err
+	}
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return nil, "", fmt.Errorf("provider: list %s: %w", c.Resource, err)
+	}
+	defer resp.Body.Close()
+	var page struct {
+		Items []Record `json:"items"`
+		Next  string   `json:"next"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&page)
+	if resp.StatusCode != http.StatusOK {
+		return nil, "", fmt.Errorf("provider: list %s: %d", c.Resource, resp.StatusCode)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("provider: list %s: %w", c.Resource, err)
+	}
+	return page.Items, page.Next, nil
 }
 
 // The four companies, as providers.md names them.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/tripsaga/tripsaga/provider"
 	"github.com/tripsaga/tripsaga/reconciler/internal/dbsqlc"
@@ -329,19 +328,19 @@ func (r *Reconciler) listCompanies(ctx context.Context) (map[string]*companyReco
 	lists := make([][]provider.Record, len(clients))
 	// Every company is asked even when another fails, so that the sweep
 	// names each one it could not read.
+	// One company after another, resting after each page as long as it
+	// took: a sweep reads every record of every company, and at its full
+	// speed, on every core, it is a burst that delays every trip in
+	// flight (BENCHMARKS.md, "One trip, hop by hop"); paced, it takes at
+	// most about half a core, and only the sweep waits longer.
 	errs := make([]error, len(clients))
-	var g errgroup.Group
 	for i, c := range clients {
-		g.Go(func() error {
-			recs, err := c.List(ctx, "")
-			if err != nil {
-				errs[i] = fmt.Errorf("list %s at %s: %w", c.Resource, c.BaseURL, err)
-			}
-			lists[i] = recs
-			return nil
-		})
+		recs, err := c.ListPaced(ctx, "", restAfterPage)
+		if err != nil {
+			errs[i] = fmt.Errorf("list %s at %s: %w", c.Resource, c.BaseURL, err)
+		}
+		lists[i] = recs
 	}
-	_ = g.Wait()
 	if err := r.readErrors(clients, errs); err != nil {
 		return nil, 0, err
 	}
@@ -377,6 +376,22 @@ func (r *Reconciler) listCompanies(ctx context.Context) (map[string]*companyReco
 		}
 	}
 	return out, n, nil
+}
+
+// sweepRestMax caps the rest after one page of a company's list.
+const sweepRestMax = 250 * time.Millisecond
+
+// restAfterPage waits as long as the page took (at most sweepRestMax), or
+// until ctx ends.
+func restAfterPage(ctx context.Context, page time.Duration) error {
+	t := time.NewTimer(min(page, sweepRestMax))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // refundedCents is a refunded charge record's refunded_cents
