@@ -215,6 +215,9 @@ type Report struct {
 	CPU                    []ProcessCPU `json:"cpu"`
 	CPUMSPerTrip           float64      `json:"cpu_ms_per_trip_total"`
 	ReconcilerLag          Lag          `json:"reconciler_lag"`
+	// Hops is where the trips of the first closed loop (the fewest
+	// clients) spent their time, hop by hop; nil when not measured.
+	Hops *Hops `json:"hops,omitempty"`
 
 	Relay RelayResult `json:"relay"`
 	// Sync is the cost of the store's sync policy and of the outbox's
@@ -427,7 +430,7 @@ func runFull(ctx context.Context, cfg Config, rep *Report) error {
 	rep.PGIdleTransactionsPerS = round(float64(p1.xacts-p0.xacts-(p1.own-p0.own))/c1.at.Sub(c0.at).Seconds(), 1)
 
 	l := newLoader("http://"+info.Addr["trips"], cfg.Progress)
-	m := &fullMeters{cpu: meter, pg: pm, idleCPU: idleCPU, natsDir: filepath.Join(cfg.Dir, "scratch-nats"), benchURL: benchURL}
+	m := &fullMeters{natsURL: info.NATSURL, natsCreds: info.NATSCreds, cpu: meter, pg: pm, idleCPU: idleCPU, natsDir: filepath.Join(cfg.Dir, "scratch-nats"), benchURL: benchURL}
 	if err := loadPhases(ctx, cfg, rep, l, m); err != nil {
 		return err
 	}
@@ -452,11 +455,14 @@ func runFull(ctx context.Context, cfg Config, rep *Report) error {
 
 // fullMeters are the meters of a system the bench started.
 type fullMeters struct {
-	cpu      cpuMeter
-	pg       *pgMeter
-	idleCPU  map[string]float64
-	natsDir  string
-	benchURL string
+	// natsURL and natsCreds reach the system's NATS (the events' store
+	// times, for Report.Hops).
+	natsURL, natsCreds string
+	cpu                cpuMeter
+	pg                 *pgMeter
+	idleCPU            map[string]float64
+	natsDir            string
+	benchURL           string
 }
 
 func must[T any](v T, err error) T {
@@ -530,6 +536,13 @@ func loadPhases(ctx context.Context, cfg Config, rep *Report, l *loader, m *full
 			better := best == nil || run.AchievedPerS > best.AchievedPerS
 			if (run.Settled && better) || (best == nil && rep.CPU == nil) {
 				rep.perTrip(ctx, run, m, c0, c1, p0, p1)
+			}
+			if rep.Hops == nil && run.Settled {
+				m.pg.own++
+				if rep.Hops, err = measureHops(ctx, m.pg.conn, m.natsURL, m.natsCreds, clients, run.tripIDs); err != nil {
+					rep.Notes = append(rep.Notes, err.Error())
+					rep.Hops, err = nil, nil
+				}
 			}
 		}
 		rep.ClosedLoop = append(rep.ClosedLoop, *run)

@@ -95,6 +95,23 @@ func TestShortBench(t *testing.T) {
 		t.Errorf("lag %+v, %d top statements, %v statements without BEGIN/COMMIT", rep.ReconcilerLag, len(rep.TopStatements), rep.PGStatementsPerTripNoTxControl)
 	}
 
+	// The hops of the first closed loop: every trip of it has each stamp,
+	// each hop took time, and the hops add up to the whole path.
+	if h := rep.Hops; h == nil || h.Clients != 2 || h.Trips != 30 || len(h.Hops) != len(hopPath)-1 {
+		t.Errorf("hops: %+v", rep.Hops)
+	} else {
+		var sum float64
+		for _, x := range h.Hops {
+			if x.P50 <= 0 || x.P95 < x.P50 {
+				t.Errorf("hop %s -> %s: %+v", x.From, x.To, x.Quantiles)
+			}
+			sum += x.P50
+		}
+		if h.Total.P50 <= 0 || sum < h.Total.P50/3 || sum > 3*h.Total.P50 {
+			t.Errorf("hops' medians sum to %.2f ms, the whole path's median is %.2f ms", sum, h.Total.P50)
+		}
+	}
+
 	t.Run("peer", func(t *testing.T) { checkPeer(t, rep) })
 
 	b, err := json.Marshal(rep)
@@ -117,7 +134,7 @@ func TestShortBench(t *testing.T) {
 	}
 	for _, want := range []string{"fsync=on", "synchronous_commit=on", "records: memory", "baseline A tx/s ÷ trips/s", "every trip confirmed",
 		"PEER: dbos (github.com/dbos-inc/dbos-transact-golang v", "TRIPSAGA ÷ DBOS", "trips/s, 4 clients", "CPU ms per trip, outside PostgreSQL",
-		"audit against the companies' records: 70 trips, 60 whole, 10 empty, 0 neither", "trips/s, 2 clients: ours ÷ dbos's"} {
+		"audit against the companies' records: 70 trips, 60 whole, 10 empty, 0 neither", "trips/s, 2 clients: ours ÷ dbos's", "ONE TRIP, HOP BY HOP (closed loop of 2 clients, 30 trips", "HOTEL: hotel.held stored"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text lacks %q:\n%s", want, text.String())
 		}

@@ -75,6 +75,16 @@ func (rep *Report) WriteText(w io.Writer) error {
 				p("    %6.2f  %7.3f  %s\n", s.CallsPerTrip, s.TotalMSPerTrip, s.Query)
 			}
 		}
+		if h := rep.Hops; h != nil && h.Trips > 0 {
+			p("\nONE TRIP, HOP BY HOP (closed loop of %d clients, %d trips; each transaction's start and each event's store in its stream)\n", h.Clients, h.Trips)
+			tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "  FROM\tTO\tP50 MS\tP95 MS\tWHAT")
+			for _, x := range h.Hops {
+				fmt.Fprintf(tw, "  %s\t%s\t%.2f\t%.2f\t%s\n", x.From, x.To, x.P50, x.P95, x.What)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%.2f\t%.2f\t%s\n", h.Hops[0].From, h.Hops[len(h.Hops)-1].To, h.Total.P50, h.Total.P95, "the whole path (the client also waits for the POST's reading, the last commit and the answer)")
+			_ = tw.Flush()
+		}
 		r := rep.Relay
 		p("\nOUTBOX RELAY (outbox.Write + one Relay.PublishBatch loop, scratch schema, scratch NATS)\n")
 		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
