@@ -351,7 +351,7 @@ const natsMsgID = jetstream.MsgIDHeader
 // second, and each pass's read-back is spread over half the interval
 // (VerifyOptions.Spread).
 func (r *Relay) verifyLoop(ctx context.Context) {
-	first := time.NewTimer(rand.N(r.cfg.VerifyInterval) + time.Millisecond)
+	first := time.NewTimer(rand.N(r.cfg.VerifyInterval) + time.Millisecond) //nolint:gosec // a jitter, not a secret
 	select {
 	case <-ctx.Done():
 		first.Stop()

@@ -97,7 +97,7 @@ func TestShortBench(t *testing.T) {
 
 	// The hops of the first closed loop: every trip of it has each stamp,
 	// each hop took time, and the hops add up to the whole path.
-	if h := rep.Hops; h == nil || h.Clients != 2 || h.Trips != 30 || len(h.Hops) != len(hopPath)-1 {
+	if h := rep.Hops; h == nil || h.Clients != 2 || h.Trips != 30 || len(h.Hops) != len(hopPath())-1 {
 		t.Errorf("hops: %+v", rep.Hops)
 	} else {
 		var sum float64

@@ -46,21 +46,27 @@ type Quantiles struct {
 	P95 float64 `json:"p95_ms"`
 }
 
-// hopPath is the trip's happy path as stamps: each is a transaction's
-// start in a service's schema, or an event's store in its stream.
-var hopPath = []struct{ stamp, what string }{
-	{"trips: request tx", ""},
-	{"TRIPS: trip.requested stored", "the request's statements and commit, the publish (fsync)"},
-	{"hotel: inbox tx", "delivery to hotel, its decoding, BEGIN"},
-	{"hotel: answer tx", "inbox and step rows committed, the hold (HTTP), BEGIN"},
-	{"HOTEL: hotel.held stored", "the answer's statements and commit, the publish (fsync)"},
-	{"payment: inbox tx", "delivery to payment, its decoding, BEGIN"},
-	{"payment: answer tx", "inbox and step rows committed, the charge (HTTP), BEGIN"},
-	{"PAYMENT: payment.charged stored", "the answer's statements and commit, the publish (fsync)"},
-	{"car: inbox tx", "delivery to car, its decoding, BEGIN"},
-	{"car: answer tx", "inbox and step rows committed, the booking (HTTP), BEGIN"},
-	{"CAR: car.booked stored", "the answer's statements and commit, the publish (fsync)"},
-	{"trips: projection tx", "delivery to trips, its decoding, BEGIN of the projection that confirms"},
+// hopStamp is one stamp of the trip's happy path: a transaction's start in
+// a service's schema, or an event's store in its stream, with what the hop
+// to it holds.
+type hopStamp struct{ stamp, what string }
+
+// hopPath is the trip's happy path as stamps.
+func hopPath() []hopStamp {
+	return []hopStamp{
+		{"trips: request tx", ""},
+		{"TRIPS: trip.requested stored", "the request's statements and commit, the publish (fsync)"},
+		{"hotel: inbox tx", "delivery to hotel, its decoding, BEGIN"},
+		{"hotel: answer tx", "inbox and step rows committed, the hold (HTTP), BEGIN"},
+		{"HOTEL: hotel.held stored", "the answer's statements and commit, the publish (fsync)"},
+		{"payment: inbox tx", "delivery to payment, its decoding, BEGIN"},
+		{"payment: answer tx", "inbox and step rows committed, the charge (HTTP), BEGIN"},
+		{"PAYMENT: payment.charged stored", "the answer's statements and commit, the publish (fsync)"},
+		{"car: inbox tx", "delivery to car, its decoding, BEGIN"},
+		{"car: answer tx", "inbox and step rows committed, the booking (HTTP), BEGIN"},
+		{"CAR: car.booked stored", "the answer's statements and commit, the publish (fsync)"},
+		{"trips: projection tx", "delivery to trips, its decoding, BEGIN of the projection that confirms"},
+	}
 }
 
 // hopStampsSQL reads, for the trips in $1, the stamps of hopPath that
@@ -169,12 +175,13 @@ func measureHops(ctx context.Context, conn *pgx.Conn, natsURL, creds string, cli
 		return m.Time, true
 	}
 	h := &Hops{Clients: clients}
-	legs := make([][]float64, len(hopPath)-1)
+	hp := hopPath()
+	legs := make([][]float64, len(hp)-1)
 	var totals []float64
 	for _, tr := range trips {
 		// The path's stamps in order: request, stored, inbox, answer,
 		// stored, inbox, answer, stored, inbox, answer, stored, projection.
-		path := make([]time.Time, 0, len(hopPath))
+		path := make([]time.Time, 0, len(hp))
 		ok := true
 		add := func(t *time.Time) {
 			if t == nil {
@@ -198,7 +205,7 @@ func measureHops(ctx context.Context, conn *pgx.Conn, natsURL, creds string, cli
 				add(tr.db[7]) // trips' inbox tx of car.booked: the projection
 			}
 		}
-		if !ok || len(path) != len(hopPath) {
+		if !ok || len(path) != len(hp) {
 			continue
 		}
 		for i := range legs {
@@ -212,7 +219,7 @@ func measureHops(ctx context.Context, conn *pgx.Conn, natsURL, creds string, cli
 	}
 	h.Total = quantiles(totals)
 	for i, xs := range legs {
-		h.Hops = append(h.Hops, Hop{From: hopPath[i].stamp, To: hopPath[i+1].stamp, What: hopPath[i+1].what, Quantiles: quantiles(xs)})
+		h.Hops = append(h.Hops, Hop{From: hp[i].stamp, To: hp[i+1].stamp, What: hp[i+1].what, Quantiles: quantiles(xs)})
 	}
 	return h, nil
 }
