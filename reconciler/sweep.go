@@ -215,7 +215,15 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 		return res, fmt.Errorf("sweep: trip_view: %w", err)
 	}
 	res.Trips = len(view)
-	recs, n, err := r.listCompanies(ctx)
+	// The sweep's transaction waits while the companies are listed (its
+	// locks keep a replay from clearing the view meanwhile): a statement
+	// after each page keeps it from being ended as idle
+	// (idle_in_transaction_session_timeout, 30 s; process.PGIdleInTransactionTimeout)
+	// however many pages there are.
+	recs, n, err := r.listCompanies(ctx, func(ctx context.Context) error {
+		_, err := tx.Exec(ctx, "SELECT 1")
+		return err
+	})
 	if err != nil {
 		res.Unreadable = unreadableOf(err)
 		return res, err
@@ -320,9 +328,10 @@ func (r *Reconciler) Sweep(ctx context.Context) (res SweepResult, err error) {
 }
 
 // listCompanies lists every record of the companies (the insurer's too
-// with the insurance step on), at once, and
-// groups them by trip. It returns the number of records read.
-func (r *Reconciler) listCompanies(ctx context.Context) (map[string]*companyRecords, int, error) {
+// with the insurance step on), one after another, calling keepAlive after
+// each page but a list's last, and groups them by trip. It returns the
+// number of records read.
+func (r *Reconciler) listCompanies(ctx context.Context, keepAlive func(context.Context) error) (map[string]*companyRecords, int, error) {
 	cos := r.companies()
 	clients := r.clients()
 	lists := make([][]provider.Record, len(clients))
@@ -335,7 +344,12 @@ func (r *Reconciler) listCompanies(ctx context.Context) (map[string]*companyReco
 	// most about half a core, and only the sweep waits longer.
 	errs := make([]error, len(clients))
 	for i, c := range clients {
-		recs, err := c.ListPaced(ctx, "", restAfterPage)
+		recs, err := c.ListPaced(ctx, "", func(ctx context.Context, page time.Duration) error {
+			if err := restAfterPage(ctx, page); err != nil {
+				return err
+			}
+			return keepAlive(ctx)
+		})
 		if err != nil {
 			errs[i] = fmt.Errorf("list %s at %s: %w", c.Resource, c.BaseURL, err)
 		}
