@@ -295,7 +295,7 @@ func Verify(ctx context.Context, db dbsqlc.DBTX, js jetstream.JetStream, opts Ve
 	}
 	close(next)
 	wg.Wait()
-	var verified []int64
+	var verified, verifiedSeqs []int64
 	for _, v := range verdicts {
 		if v.err != nil {
 			errs = append(errs, v.err)
@@ -303,6 +303,7 @@ func Verify(ctx context.Context, db dbsqlc.DBTX, js jetstream.JetStream, opts Ve
 		}
 		if v.why == "" {
 			verified = append(verified, v.row.id)
+			verifiedSeqs = append(verifiedSeqs, v.row.seq)
 			continue
 		}
 		st := streams[v.row.stream]
@@ -325,7 +326,7 @@ func Verify(ctx context.Context, db dbsqlc.DBTX, js jetstream.JetStream, opts Ve
 		}
 	}
 	if len(verified) > 0 {
-		if err := queries.OutboxVerified(ctx, db, verified); err != nil {
+		if err := queries.OutboxVerified(ctx, db, dbsqlc.OutboxVerifiedParams{Ids: verified, Seqs: verifiedSeqs}); err != nil {
 			return rep, fmt.Errorf("outbox: verify: mark verified: %w", err)
 		}
 	}

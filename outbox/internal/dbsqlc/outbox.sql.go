@@ -581,11 +581,21 @@ func (q *Queries) OutboxToVerify(ctx context.Context, db DBTX, arg OutboxToVerif
 }
 
 const outboxVerified = `-- name: OutboxVerified :exec
-UPDATE outbox SET verified_at = now() WHERE id = ANY($1::bigint[])
+UPDATE outbox o SET verified_at = now()
+FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::bigint[]) AS seq) u
+WHERE o.id = u.id AND o.stream_seq = u.seq AND o.published_at IS NOT NULL
 `
 
-func (q *Queries) OutboxVerified(ctx context.Context, db DBTX, ids []int64) error {
-	_, err := db.Exec(ctx, outboxVerified, ids)
+type OutboxVerifiedParams struct {
+	Ids  []int64
+	Seqs []int64
+}
+
+// Marks the rows read back at these sequences and found there; a row
+// published again since (lost, then re-published at another sequence) is
+// left for the next read-back.
+func (q *Queries) OutboxVerified(ctx context.Context, db DBTX, arg OutboxVerifiedParams) error {
+	_, err := db.Exec(ctx, outboxVerified, arg.Ids, arg.Seqs)
 	return err
 }
 

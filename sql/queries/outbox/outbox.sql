@@ -161,7 +161,12 @@ ORDER BY verified_at NULLS FIRST, id
 LIMIT @max;
 
 -- name: OutboxVerified :exec
-UPDATE outbox SET verified_at = now() WHERE id = ANY(@ids::bigint[]);
+-- Marks the rows read back at these sequences and found there; a row
+-- published again since (lost, then re-published at another sequence) is
+-- left for the next read-back.
+UPDATE outbox o SET verified_at = now()
+FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@seqs::bigint[]) AS seq) u
+WHERE o.id = u.id AND o.stream_seq = u.seq AND o.published_at IS NOT NULL;
 
 -- name: OutboxMarkLost :one
 -- The stream no longer holds this published row's event: the row is put
