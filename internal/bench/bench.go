@@ -215,8 +215,9 @@ type Report struct {
 	CPU                    []ProcessCPU `json:"cpu"`
 	CPUMSPerTrip           float64      `json:"cpu_ms_per_trip_total"`
 	ReconcilerLag          Lag          `json:"reconciler_lag"`
-	// Hops is where the trips of the first closed loop (the fewest
-	// clients) spent their time, hop by hop; nil when not measured.
+	// Hops is where the trips of the first closed loop that settled (the
+	// first --concurrency value, unless it did not settle) spent their
+	// time, hop by hop; nil when not measured (--trips-url).
 	Hops *Hops `json:"hops,omitempty"`
 
 	Relay RelayResult `json:"relay"`
@@ -539,9 +540,13 @@ func loadPhases(ctx context.Context, cfg Config, rep *Report, l *loader, m *full
 			}
 			if rep.Hops == nil && run.Settled {
 				m.pg.own++
-				if rep.Hops, err = measureHops(ctx, m.pg.conn, m.natsURL, m.natsCreds, clients, run.tripIDs); err != nil {
+				switch rep.Hops, err = measureHops(ctx, m.pg.conn, m.natsURL, m.natsCreds, clients, run.tripIDs); {
+				case err != nil:
 					rep.Notes = append(rep.Notes, err.Error())
 					rep.Hops, err = nil, nil
+				case rep.Hops.Trips == 0:
+					rep.Notes = append(rep.Notes, fmt.Sprintf("bench: hops: no trip of the closed loop of %d clients has every stamp of the path", clients))
+					rep.Hops = nil
 				}
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,75 +70,107 @@ func hopPath() []hopStamp {
 	}
 }
 
-// hopStampsSQL reads, for the trips in $1, the stamps of hopPath that
-// PostgreSQL holds, and the stream and sequence of the four events (the
-// store times are JetStream's).
-const hopStampsSQL = `
-WITH t AS (SELECT trip_id, created_at FROM trips.trips WHERE trip_id = ANY($1) AND status = 'confirmed'),
-ev AS (
-  SELECT 'trips' svc, event_id, headers->>'ce-subject' trip, headers->>'ce-type' typ, created_at, stream, stream_seq FROM trips.outbox WHERE headers->>'ce-subject' = ANY($1)
-  UNION ALL SELECT 'hotel', event_id, headers->>'ce-subject', headers->>'ce-type', created_at, stream, stream_seq FROM hotel.outbox WHERE headers->>'ce-subject' = ANY($1)
-  UNION ALL SELECT 'payment', event_id, headers->>'ce-subject', headers->>'ce-type', created_at, stream, stream_seq FROM payment.outbox WHERE headers->>'ce-subject' = ANY($1)
-  UNION ALL SELECT 'car', event_id, headers->>'ce-subject', headers->>'ce-type', created_at, stream, stream_seq FROM car.outbox WHERE headers->>'ce-subject' = ANY($1)
-),
-rcv AS (
-  SELECT 'trips' svc, event_id, received_at FROM trips.inbox
-  UNION ALL SELECT 'hotel', event_id, received_at FROM hotel.inbox
-  UNION ALL SELECT 'payment', event_id, received_at FROM payment.inbox
-  UNION ALL SELECT 'car', event_id, received_at FROM car.inbox
-)
-SELECT t.trip_id, t.created_at,
-  (SELECT r.received_at FROM ev JOIN rcv r ON r.event_id = ev.event_id AND r.svc = 'hotel' WHERE ev.trip = t.trip_id AND ev.typ LIKE '%.trip.requested.%' LIMIT 1),
-  (SELECT created_at FROM ev WHERE ev.trip = t.trip_id AND ev.typ LIKE '%.hotel.held.%' LIMIT 1),
-  (SELECT r.received_at FROM ev JOIN rcv r ON r.event_id = ev.event_id AND r.svc = 'payment' WHERE ev.trip = t.trip_id AND ev.typ LIKE '%.hotel.held.%' LIMIT 1),
-  (SELECT created_at FROM ev WHERE ev.trip = t.trip_id AND ev.typ LIKE '%.payment.charged.%' LIMIT 1),
-  (SELECT r.received_at FROM ev JOIN rcv r ON r.event_id = ev.event_id AND r.svc = 'car' WHERE ev.trip = t.trip_id AND ev.typ LIKE '%.payment.charged.%' LIMIT 1),
-  (SELECT created_at FROM ev WHERE ev.trip = t.trip_id AND ev.typ LIKE '%.car.booked.%' LIMIT 1),
-  (SELECT r.received_at FROM ev JOIN rcv r ON r.event_id = ev.event_id AND r.svc = 'trips' WHERE ev.trip = t.trip_id AND ev.typ LIKE '%.car.booked.%' LIMIT 1),
-  (SELECT created_at FROM ev WHERE ev.trip = t.trip_id AND ev.svc = 'trips' AND ev.typ LIKE '%.trip.confirmed.%' LIMIT 1),
-  (SELECT coalesce(stream, '') FROM ev WHERE ev.trip = t.trip_id AND ev.typ LIKE '%.trip.requested.%' LIMIT 1),
-  (SELECT coalesce(stream_seq, 0) FROM ev WHERE ev.trip = t.trip_id AND ev.typ LIKE '%.trip.requested.%' LIMIT 1),
-  (SELECT coalesce(stream, '') FROM ev WHERE ev.trip = t.trip_id AND ev.typ LIKE '%.hotel.held.%' LIMIT 1),
-  (SELECT coalesce(stream_seq, 0) FROM ev WHERE ev.trip = t.trip_id AND ev.typ LIKE '%.hotel.held.%' LIMIT 1),
-  (SELECT coalesce(stream, '') FROM ev WHERE ev.trip = t.trip_id AND ev.typ LIKE '%.payment.charged.%' LIMIT 1),
-  (SELECT coalesce(stream_seq, 0) FROM ev WHERE ev.trip = t.trip_id AND ev.typ LIKE '%.payment.charged.%' LIMIT 1),
-  (SELECT coalesce(stream, '') FROM ev WHERE ev.trip = t.trip_id AND ev.typ LIKE '%.car.booked.%' LIMIT 1),
-  (SELECT coalesce(stream_seq, 0) FROM ev WHERE ev.trip = t.trip_id AND ev.typ LIKE '%.car.booked.%' LIMIT 1)
-FROM t`
+// hopEventsSQL reads the outbox rows of the trips in $1 in every schema
+// on the path: who wrote it, its id, trip, type, transaction start, and
+// the stream and sequence its PubAck gave (the store times are
+// JetStream's). One scan of each outbox, so the cost grows with the rows.
+const hopEventsSQL = `
+SELECT svc, event_id, trip, typ, created_at, coalesce(stream, ''), coalesce(stream_seq, 0) FROM (
+  SELECT 'trips' svc, event_id, headers->>'ce-subject' trip, headers->>'ce-type' typ, created_at, stream, stream_seq FROM trips.outbox
+  UNION ALL SELECT 'hotel', event_id, headers->>'ce-subject', headers->>'ce-type', created_at, stream, stream_seq FROM hotel.outbox
+  UNION ALL SELECT 'payment', event_id, headers->>'ce-subject', headers->>'ce-type', created_at, stream, stream_seq FROM payment.outbox
+  UNION ALL SELECT 'car', event_id, headers->>'ce-subject', headers->>'ce-type', created_at, stream, stream_seq FROM car.outbox
+) o WHERE trip = ANY($1)`
+
+// hopReceiptsSQL reads when each service's inbox transaction of the events
+// $1 began.
+const hopReceiptsSQL = `
+SELECT 'trips', event_id, received_at FROM trips.inbox WHERE event_id = ANY($1)
+UNION ALL SELECT 'hotel', event_id, received_at FROM hotel.inbox WHERE event_id = ANY($1)
+UNION ALL SELECT 'payment', event_id, received_at FROM payment.inbox WHERE event_id = ANY($1)
+UNION ALL SELECT 'car', event_id, received_at FROM car.inbox WHERE event_id = ANY($1)`
+
+// hopEvent is one outbox row of a trip on the path.
+type hopEvent struct {
+	id      string
+	created time.Time // its transaction's start
+	stream  string
+	seq     int64
+}
+
+// hopKinds are the path's events in order, by a part of their type, with
+// the service that consumes each next on the path.
+var hopKinds = [4]struct{ kind, next string }{ //nolint:gochecknoglobals // a table
+	{".trip.requested.", "hotel"}, {".hotel.held.", "payment"}, {".payment.charged.", "car"}, {".car.booked.", "trips"},
+}
 
 // measureHops reads the stamps of the trips ids (from conn, on the
 // system's database, and from the streams on natsURL, as natsauth.Admin
-// with its seed file creds) and sums them up
-// hop by hop. A trip missing a stamp (its event not marked with its
-// sequence yet, a stream message gone) is left out.
+// with its seed file creds) and sums them up hop by hop. A trip missing a
+// stamp (not confirmed, an event not marked with its sequence yet, a
+// stream message gone) is left out.
 func measureHops(ctx context.Context, conn *pgx.Conn, natsURL, creds string, clients int, ids []string) (*Hops, error) {
-	rows, err := conn.Query(ctx, hopStampsSQL, ids)
+	requested := map[string]time.Time{}
+	rows, err := conn.Query(ctx, "SELECT trip_id, created_at FROM trips.trips WHERE trip_id = ANY($1) AND status = 'confirmed'", ids)
 	if err != nil {
 		return nil, fmt.Errorf("bench: hops: %w", err)
 	}
-	type trip struct {
-		db      [9]*time.Time // request, hotel inbox, hotel answer, payment inbox, ...
-		streams [4]string
-		seqs    [4]int64
-	}
-	var trips []trip
 	for rows.Next() {
 		var id string
-		var tr trip
-		var req time.Time
-		dest := []any{&id, &req}
-		for i := 1; i < len(tr.db); i++ {
-			dest = append(dest, &tr.db[i])
-		}
-		for i := range tr.streams {
-			dest = append(dest, &tr.streams[i], &tr.seqs[i])
-		}
-		if err := rows.Scan(dest...); err != nil {
+		var at time.Time
+		if err := rows.Scan(&id, &at); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("bench: hops: %w", err)
 		}
-		tr.db[0] = &req
-		trips = append(trips, tr)
+		requested[id] = at
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("bench: hops: %w", err)
+	}
+	evs := map[string]*[4]*hopEvent{} // trip -> the path's events
+	var eventIDs []string
+	rows, err = conn.Query(ctx, hopEventsSQL, ids)
+	if err != nil {
+		return nil, fmt.Errorf("bench: hops: %w", err)
+	}
+	for rows.Next() {
+		var svc, trip, typ string
+		var e hopEvent
+		if err := rows.Scan(&svc, &e.id, &trip, &typ, &e.created, &e.stream, &e.seq); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("bench: hops: %w", err)
+		}
+		for i, k := range hopKinds {
+			if !strings.Contains(typ, k.kind) {
+				continue
+			}
+			if evs[trip] == nil {
+				evs[trip] = &[4]*hopEvent{}
+			}
+			if evs[trip][i] == nil {
+				evs[trip][i] = &e
+				eventIDs = append(eventIDs, e.id)
+			}
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("bench: hops: %w", err)
+	}
+	received := map[string]time.Time{} // service/event id -> its inbox transaction's start
+	rows, err = conn.Query(ctx, hopReceiptsSQL, eventIDs)
+	if err != nil {
+		return nil, fmt.Errorf("bench: hops: %w", err)
+	}
+	for rows.Next() {
+		var svc, id string
+		var at time.Time
+		if err := rows.Scan(&svc, &id, &at); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("bench: hops: %w", err)
+		}
+		received[svc+"/"+id] = at
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -178,34 +211,34 @@ func measureHops(ctx context.Context, conn *pgx.Conn, natsURL, creds string, cli
 	hp := hopPath()
 	legs := make([][]float64, len(hp)-1)
 	var totals []float64
-	for _, tr := range trips {
+	for trip, req := range requested {
+		te := evs[trip]
+		if te == nil {
+			continue
+		}
 		// The path's stamps in order: request, stored, inbox, answer,
 		// stored, inbox, answer, stored, inbox, answer, stored, projection.
-		path := make([]time.Time, 0, len(hp))
-		ok := true
-		add := func(t *time.Time) {
-			if t == nil {
-				ok = false
-				return
-			}
-			path = append(path, *t)
-		}
-		add(tr.db[0])
-		for i := range 4 {
-			t, found := stored(tr.streams[i], tr.seqs[i])
-			if !found {
-				ok = false
+		path := []time.Time{req}
+		for i, k := range hopKinds {
+			e := te[i]
+			if e == nil {
 				break
 			}
-			add(&t)
-			if i < 3 {
-				add(tr.db[1+2*i]) // inbox tx
-				add(tr.db[2+2*i]) // answer tx
-			} else {
-				add(tr.db[7]) // trips' inbox tx of car.booked: the projection
+			if i > 0 {
+				path = append(path, e.created) // the answer's transaction wrote it
 			}
+			t, found := stored(e.stream, e.seq)
+			if !found {
+				break
+			}
+			path = append(path, t)
+			at, ok := received[k.next+"/"+e.id]
+			if !ok {
+				break
+			}
+			path = append(path, at)
 		}
-		if !ok || len(path) != len(hp) {
+		if len(path) != len(hp) {
 			continue
 		}
 		for i := range legs {

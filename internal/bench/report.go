@@ -17,7 +17,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 	p("machine: %d CPUs (%s), %.1f GB, Linux %s, %s, NATS server %s, load average at start %s\n",
 		m.CPUs, m.CPUModel, m.MemoryGB, m.Kernel, m.GoVersion, m.NATS, m.LoadAvg)
 	if rep.Mode == "external" {
-		p("system: external (--trips-url); baselines, per-trip costs, relay and rebuild are not measured\n")
+		p("system: external (--trips-url); baselines, per-trip costs, the hop-by-hop table, relay and rebuild are not measured\n")
 	} else {
 		var ss []string
 		for _, s := range rep.Postgres {
@@ -76,7 +76,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 			}
 		}
 		if h := rep.Hops; h != nil && h.Trips > 0 {
-			p("\nONE TRIP, HOP BY HOP (closed loop of %d clients, %d trips; each transaction's start and each event's store in its stream)\n", h.Clients, h.Trips)
+			p("\nONE TRIP, HOP BY HOP (closed loop of %s, %d trips; each transaction's start and each event's store in its stream)\n", plural(h.Clients, "client"), h.Trips)
 			tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "  FROM\tTO\tP50 MS\tP95 MS\tWHAT")
 			for _, x := range h.Hops {
@@ -229,4 +229,12 @@ func num(v float64) string {
 		s = "-" + s
 	}
 	return s
+}
+
+// plural is "1 client" or "n clients".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
